@@ -1,0 +1,143 @@
+//! Builds the JVMTI shim (`java-agent-shim/src/*.c`) into `$OUT_DIR/libjvmperf-shim.so`, which
+//! `src/shim_lib.rs` embeds, and derives the shim version shared by the C code and Rust.
+
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+const SHIM_SRC: &str = "java-agent-shim/src";
+const PREFERRED_JDK: &str = "/usr/lib/jvm/java-17-openjdk-amd64";
+
+fn main() {
+    let manifest_dir =
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
+    let src_dir = manifest_dir.join(SHIM_SRC);
+
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed={SHIM_SRC}");
+    println!("cargo:rerun-if-env-changed=JAVA_HOME");
+
+    let mut sources: Vec<PathBuf> = fs::read_dir(&src_dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", src_dir.display()))
+        .map(|entry| entry.expect("read_dir entry").path())
+        .filter(|p| matches!(p.extension().and_then(|x| x.to_str()), Some("c" | "h")))
+        .collect();
+    sources.sort();
+    for path in &sources {
+        println!("cargo:rerun-if-changed={}", path.display());
+    }
+
+    let version = shim_version(&sources);
+    println!("cargo:rustc-env=JVMPERF_SHIM_VERSION={version}");
+
+    let include = find_jdk_include();
+    println!(
+        "cargo:rerun-if-changed={}",
+        include.join("jvmti.h").display()
+    );
+
+    let so = out_dir.join("libjvmperf-shim.so");
+    let compiler = cc::Build::new().cargo_metadata(false).get_compiler();
+    let mut cmd = compiler.to_command();
+    cmd.args([
+        "-std=gnu11",
+        "-shared",
+        "-fPIC",
+        "-O2",
+        "-fvisibility=hidden",
+    ])
+    .args(["-Wall", "-Wextra", "-Werror", "-pthread", "-s"])
+    .arg(format!("-DJVMPERF_SHIM_VERSION=\"{version}\""))
+    .arg("-I")
+    .arg(&include)
+    .arg("-I")
+    .arg(include.join("linux"))
+    .arg("-o")
+    .arg(&so)
+    .args(
+        sources
+            .iter()
+            .filter(|p| p.extension().is_some_and(|x| x == "c")),
+    )
+    .arg("-Wl,--no-undefined");
+    if env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("gnu") {
+        // glibc < 2.34 keeps pthread_create in libpthread.so.0 (see the .symver in shim.c); on newer ones
+        // `-lpthread` is an empty archive, so name the shared object.
+        cmd.args([
+            "-Wl,--push-state,--no-as-needed",
+            "-l:libpthread.so.0",
+            "-Wl,--pop-state",
+        ]);
+    }
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler {:?}: {e}", compiler.path()));
+    if !status.success() {
+        panic!("building the JVMTI shim failed ({status}): {cmd:?}");
+    }
+}
+
+/// `CARGO_PKG_VERSION` plus a short hash of the shim sources (names and contents, FNV-1a 64).
+fn shim_version(sources: &[PathBuf]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    for path in sources {
+        let name = path.file_name().expect("file name").to_string_lossy();
+        let text = fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        feed(name.as_bytes());
+        feed(&[0]);
+        feed(&(text.len() as u64).to_le_bytes());
+        feed(&text);
+    }
+    let pkg = env::var("CARGO_PKG_VERSION").expect("CARGO_PKG_VERSION");
+    let version = format!("{pkg}-{:08x}", h >> 32);
+    // It becomes a C string literal through -D: keep it to characters that need no escaping.
+    assert!(
+        version
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".+-_".contains(&b)),
+        "unexpected characters in shim version {version:?}"
+    );
+    version
+}
+
+fn has_jvmti(include: &Path) -> bool {
+    include.join("jvmti.h").is_file()
+}
+
+/// The JDK `include` directory: `$JAVA_HOME/include`, else the preferred JDK 17, else the first
+/// `/usr/lib/jvm/*/include` that has `jvmti.h`.
+fn find_jdk_include() -> PathBuf {
+    if let Some(home) = env::var_os("JAVA_HOME").filter(|h| !h.is_empty()) {
+        let include = PathBuf::from(home).join("include");
+        if has_jvmti(&include) {
+            return include;
+        }
+    }
+    let preferred = Path::new(PREFERRED_JDK).join("include");
+    if has_jvmti(&preferred) {
+        return preferred;
+    }
+    let mut candidates: Vec<PathBuf> = fs::read_dir("/usr/lib/jvm")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .map(|e| e.path().join("include"))
+                .collect()
+        })
+        .unwrap_or_default();
+    candidates.sort();
+    if let Some(include) = candidates.into_iter().find(|p| has_jvmti(p)) {
+        return include;
+    }
+    eprintln!(
+        "error: jvmperf needs JDK headers (jvmti.h) to build its JVMTI shim: install a JDK \
+         (apt-get install openjdk-17-jdk-headless) or set JAVA_HOME"
+    );
+    std::process::exit(1);
+}

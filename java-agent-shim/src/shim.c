@@ -1,0 +1,1160 @@
+/*
+ * jvmperf JVMTI shim: loaded into the target JVM, it streams JIT code events to the jvmperf daemon over a
+ * Unix socket. The wire format and lifecycle are specified in ../PROTOCOL.md.
+ *
+ * Threads:
+ *  - the Attach Listener runs Agent_OnAttach, which only records the socket path and starts the shim thread;
+ *  - JVM threads post live events: they encode records and push them into a bounded byte ring (never waiting);
+ *  - the shim thread owns the socket: HELLO, the GenerateEvents replay (written straight to the socket),
+ *    draining the ring, and daemon commands.
+ * g_q guards the ring, the set of method ids sent on this connection and the drop counters. It is never held
+ * across I/O or JVMTI calls.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jvmti.h>
+#include <jvmticmlr.h>
+
+#ifndef JVMPERF_SHIM_VERSION
+#error "build.rs defines JVMPERF_SHIM_VERSION"
+#endif
+
+/* The shim is built against the build host's glibc but loaded into JVMs that may run an older one (container
+ * images): bind pthread_create to its pre-2.34 version; build.rs also links libpthread.so.0 for those. */
+#if defined(__GLIBC__) && defined(__x86_64__)
+__asm__(".symver pthread_create, pthread_create@GLIBC_2.2.5");
+#elif defined(__GLIBC__) && defined(__aarch64__)
+__asm__(".symver pthread_create, pthread_create@GLIBC_2.17");
+#endif
+
+enum {
+    K_HELLO = 1,
+    K_METHOD = 2,
+    K_NMETHOD_LOAD = 3,
+    K_NMETHOD_UNLOAD = 4,
+    K_CODE_BLOB = 5,
+    K_THREAD_START = 6,
+    K_THREAD_END = 7,
+    K_DROPPED = 8,
+    K_REPLAY_DONE = 9,
+    K_RETRANSFORM_DONE = 10,
+    K_RETRANSFORM = 100,
+};
+
+#define PROTOCOL_VERSION 1
+#define HDR_SIZE 16u                /* len, kind, flags, time */
+#define MIN_FRAME_LEN 12u           /* smallest value of the len field */
+#define MAX_FRAME_LEN (16u << 20)   /* largest value of the len field */
+#ifndef QUEUE_CAP
+#define QUEUE_CAP (4u << 20) /* tests build with a smaller one to exercise overflow */
+#endif
+#define MAX_RETRANSFORM 65536u
+#define DROPPED_INTERVAL_NS 100000000ull
+#define POLL_MS 10
+
+#define ACC_NATIVE 0x0100
+#define ACC_ABSTRACT 0x0400
+
+#define JV(fn, ...) ((*g_jvmti)->fn(g_jvmti, __VA_ARGS__))
+
+/* ---- encoding ------------------------------------------------------------------------------------------ */
+
+struct buf {
+    uint8_t *p;
+    size_t len, cap;
+    int bad; /* out of memory or a frame over the size limit: the content must not be sent */
+};
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint8_t *buf_grow(struct buf *b, size_t n) {
+    if (b->bad)
+        return NULL;
+    if (n > b->cap - b->len) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (n > cap - b->len) {
+            if (cap > SIZE_MAX / 2) {
+                b->bad = 1;
+                return NULL;
+            }
+            cap *= 2;
+        }
+        uint8_t *p = realloc(b->p, cap);
+        if (!p) {
+            b->bad = 1;
+            return NULL;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    uint8_t *at = b->p + b->len;
+    b->len += n;
+    return at;
+}
+
+static void wr_le(uint8_t *at, uint64_t v, int n) {
+    for (int i = 0; i < n; i++)
+        at[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t rd_le(const uint8_t *at, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v |= (uint64_t)at[i] << (8 * i);
+    return v;
+}
+
+static void put_le(struct buf *b, uint64_t v, int n) {
+    uint8_t *at = buf_grow(b, (size_t)n);
+    if (at)
+        wr_le(at, v, n);
+}
+#define put_u8(b, v) put_le(b, (uint64_t)(v), 1)
+#define put_u16(b, v) put_le(b, (uint64_t)(v), 2)
+#define put_u32(b, v) put_le(b, (uint64_t)(uint32_t)(v), 4)
+#define put_u64(b, v) put_le(b, (uint64_t)(v), 8)
+
+static void put_str(struct buf *b, const char *s) {
+    size_t n = s ? strlen(s) : 0;
+    if (n > MAX_FRAME_LEN) {
+        b->bad = 1;
+        return;
+    }
+    put_u32(b, n);
+    uint8_t *at = buf_grow(b, n);
+    if (at && n)
+        memcpy(at, s, n);
+}
+
+static size_t frame_begin(struct buf *b, uint16_t kind) {
+    size_t off = b->len;
+    put_u32(b, 0);
+    put_u16(b, kind);
+    put_u16(b, 0);
+    put_u64(b, now_ns());
+    return off;
+}
+
+static void frame_end(struct buf *b, size_t off) {
+    if (b->bad)
+        return;
+    size_t len = b->len - off - 4;
+    if (len > MAX_FRAME_LEN) {
+        b->bad = 1;
+        return;
+    }
+    wr_le(b->p + off, len, 4);
+}
+
+/* ---- global state -------------------------------------------------------------------------------------- */
+
+static JavaVM *g_vm;
+static jvmtiEnv *g_jvmti;
+
+/* Attach requests and the shim thread's life; guarded by g_ctl. */
+static pthread_mutex_t g_ctl = PTHREAD_MUTEX_INITIALIZER;
+static char g_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+static uint32_t g_attach_count;
+static int g_thread_running;
+static int g_live;       /* live phase reached (Agent_OnLoad waits for VMInit) */
+static int g_ever_ok;    /* some Agent_OnAttach/OnLoad returned 0, so the library stays loaded */
+static atomic_int g_pending; /* an attach request waits for the shim thread */
+
+/* Connection state shared with the event callbacks; guarded by g_q. */
+static pthread_mutex_t g_q = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    uint8_t *ring;          /* QUEUE_CAP bytes of whole frames; NULL when not connected */
+    uint64_t head, tail;    /* running byte counts written / sent */
+    uint64_t *ids;          /* open-addressing set of method ids sent on this connection (0 = empty) */
+    size_t ids_cap, ids_n;
+    uint64_t gen;           /* bumped on every connect and disconnect */
+    uint64_t drop_records, drop_bytes;
+} Q;
+static atomic_int g_active; /* fast path check for callbacks; the truth is Q.ring under g_q */
+
+/* The replay runs on the shim thread inside GenerateEvents; its callbacks write to the socket directly. */
+static atomic_int g_replaying;
+static pthread_t g_replay_thread;
+
+/* Shim-thread only (including the replay callbacks, which run on it). */
+static int g_fd = -1;
+static int g_replay_failed;
+static uint32_t g_replay_nmethods, g_replay_blobs;
+static int g_can_retransform;
+
+static int on_replay_thread(void) {
+    return atomic_load(&g_replaying) && pthread_equal(pthread_self(), g_replay_thread);
+}
+
+/* ---- sent method ids (caller holds g_q) ----------------------------------------------------------------- */
+
+static size_t id_slot(uint64_t id, size_t cap) {
+    id ^= id >> 33;
+    id *= 0xff51afd7ed558ccdull;
+    id ^= id >> 33;
+    return (size_t)id & (cap - 1);
+}
+
+static int set_has(uint64_t id) {
+    if (!Q.ids_cap)
+        return 0;
+    for (size_t i = id_slot(id, Q.ids_cap); Q.ids[i]; i = (i + 1) & (Q.ids_cap - 1))
+        if (Q.ids[i] == id)
+            return 1;
+    return 0;
+}
+
+static void set_put(uint64_t *tab, size_t cap, uint64_t id) {
+    size_t i = id_slot(id, cap);
+    while (tab[i] && tab[i] != id)
+        i = (i + 1) & (cap - 1);
+    tab[i] = id;
+}
+
+/* Makes room for `extra` more ids at load factor <= 1/2. */
+static int set_reserve(size_t extra) {
+    size_t need = (Q.ids_n + extra) * 2;
+    if (need <= Q.ids_cap)
+        return 0;
+    size_t cap = Q.ids_cap ? Q.ids_cap : 1024;
+    while (cap < need)
+        cap *= 2;
+    uint64_t *tab = calloc(cap, sizeof *tab);
+    if (!tab)
+        return -1;
+    for (size_t i = 0; i < Q.ids_cap; i++)
+        if (Q.ids[i])
+            set_put(tab, cap, Q.ids[i]);
+    free(Q.ids);
+    Q.ids = tab;
+    Q.ids_cap = cap;
+    return 0;
+}
+
+static void set_add(uint64_t id) {
+    set_put(Q.ids, Q.ids_cap, id);
+    Q.ids_n++;
+}
+
+/* ---- queue --------------------------------------------------------------------------------------------- */
+
+static void ring_copy_in(const uint8_t *src, size_t n) {
+    size_t at = (size_t)(Q.head % QUEUE_CAP);
+    size_t first = n < QUEUE_CAP - at ? n : QUEUE_CAP - at;
+    memcpy(Q.ring + at, src, first);
+    memcpy(Q.ring, src + first, n - first);
+    Q.head += n;
+}
+
+static void count_drop(uint64_t records, uint64_t bytes) {
+    pthread_mutex_lock(&g_q);
+    if (Q.ring) {
+        Q.drop_records += records;
+        Q.drop_bytes += bytes;
+    }
+    pthread_mutex_unlock(&g_q);
+}
+
+/* Enqueues one self-contained record (no method references) from a live event. */
+static void q_push(const struct buf *b) {
+    if (b->bad) {
+        count_drop(1, b->len);
+        return;
+    }
+    pthread_mutex_lock(&g_q);
+    if (Q.ring) {
+        if (QUEUE_CAP - (Q.head - Q.tail) >= b->len) {
+            ring_copy_in(b->p, b->len);
+        } else {
+            Q.drop_records++;
+            Q.drop_bytes += b->len;
+        }
+    }
+    pthread_mutex_unlock(&g_q);
+}
+
+/* ---- socket (shim thread) ------------------------------------------------------------------------------ */
+
+static int send_all(const void *data, size_t n) {
+    const uint8_t *p = data;
+    while (n) {
+        ssize_t w = send(g_fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+        } else if (w < 0 && errno == EINTR) {
+            continue;
+        } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            /* A stuck daemon must not keep a newly attached one waiting forever. */
+            if (atomic_load(&g_pending))
+                return -1;
+            struct pollfd pfd = {.fd = g_fd, .events = POLLOUT};
+            poll(&pfd, 1, 100);
+        } else {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int send_buf(struct buf *b) {
+    int rc = b->bad ? -1 : send_all(b->p, b->len);
+    b->len = 0;
+    return rc;
+}
+
+/* Sends queued bytes up to the running offset `limit`. */
+static int drain(uint64_t limit) {
+    for (;;) {
+        pthread_mutex_lock(&g_q);
+        uint8_t *ring = Q.ring;
+        uint64_t head = Q.head < limit ? Q.head : limit, tail = Q.tail;
+        pthread_mutex_unlock(&g_q);
+        if (!ring || tail >= head)
+            return 0;
+        size_t at = (size_t)(tail % QUEUE_CAP);
+        size_t n = (size_t)(head - tail) < QUEUE_CAP - at ? (size_t)(head - tail) : QUEUE_CAP - at;
+        if (send_all(ring + at, n) < 0)
+            return -1;
+        pthread_mutex_lock(&g_q);
+        Q.tail += n; /* producers never write into [tail, head), so the bytes were stable while sent */
+        pthread_mutex_unlock(&g_q);
+    }
+}
+
+/* ---- records from JVM events --------------------------------------------------------------------------- */
+
+static JNIEnv *jni_env(void) {
+    JNIEnv *env = NULL;
+    if ((*g_vm)->GetEnv(g_vm, (void **)&env, JNI_VERSION_1_6) != JNI_OK)
+        return NULL;
+    return env;
+}
+
+static void encode_method(struct buf *b, JNIEnv *jni, jmethodID m) {
+    jclass klass = NULL;
+    char *cls_sig = NULL, *name = NULL, *sig = NULL, *src = NULL;
+    jint mods = 0, n_lines = 0, bytecode_len = -1;
+    jlocation start = 0, end = -1;
+    jvmtiLineNumberEntry *lines = NULL;
+
+    /* Each lookup may fail (unloaded class, no debug info, native method): leave that field empty. */
+    if (JV(GetMethodDeclaringClass, m, &klass) == JVMTI_ERROR_NONE && klass) {
+        if (JV(GetClassSignature, klass, &cls_sig, NULL) != JVMTI_ERROR_NONE)
+            cls_sig = NULL;
+        if (JV(GetSourceFileName, klass, &src) != JVMTI_ERROR_NONE)
+            src = NULL;
+    }
+    if (JV(GetMethodName, m, &name, &sig, NULL) != JVMTI_ERROR_NONE)
+        name = sig = NULL;
+    if (JV(GetMethodModifiers, m, &mods) != JVMTI_ERROR_NONE)
+        mods = 0;
+    if (!(mods & (ACC_NATIVE | ACC_ABSTRACT)) && JV(GetMethodLocation, m, &start, &end) == JVMTI_ERROR_NONE &&
+        start == 0 && end >= 0 && end < INT32_MAX)
+        bytecode_len = (jint)(end + 1);
+    if (JV(GetLineNumberTable, m, &n_lines, &lines) != JVMTI_ERROR_NONE || n_lines < 0 || !lines) {
+        n_lines = 0;
+        lines = NULL;
+    }
+
+    size_t off = frame_begin(b, K_METHOD);
+    put_u64(b, (uintptr_t)m);
+    put_str(b, cls_sig);
+    put_str(b, name);
+    put_str(b, sig);
+    put_str(b, src);
+    put_u32(b, mods);
+    put_u32(b, bytecode_len);
+    put_u32(b, n_lines);
+    for (jint i = 0; i < n_lines; i++) {
+        put_u32(b, lines[i].start_location);
+        put_u32(b, lines[i].line_number);
+    }
+    frame_end(b, off);
+
+    JV(Deallocate, (unsigned char *)cls_sig);
+    JV(Deallocate, (unsigned char *)src);
+    JV(Deallocate, (unsigned char *)name);
+    JV(Deallocate, (unsigned char *)sig);
+    JV(Deallocate, (unsigned char *)lines);
+    if (klass && jni)
+        (*jni)->DeleteLocalRef(jni, klass);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static size_t sort_unique(uint64_t *v, size_t n) {
+    if (n < 2)
+        return n;
+    qsort(v, n, sizeof *v, cmp_u64);
+    size_t k = 1;
+    for (size_t i = 1; i < n; i++)
+        if (v[i] != v[k - 1])
+            v[k++] = v[i];
+    return k;
+}
+
+static jint pc_frames(const PCStackInfo *pc) {
+    return pc->numstackframes > 0 && pc->methods && pc->bcis ? pc->numstackframes : 0;
+}
+
+#define MAX_INLINE_RECS 8
+
+struct method_rec {
+    uint64_t id;
+    size_t off, len;
+    int include;
+};
+
+static void JNICALL on_compiled_method_load(jvmtiEnv *jvmti, jmethodID method, jint code_size,
+                                            const void *code_addr, jint map_length,
+                                            const jvmtiAddrLocationMap *map, const void *compile_info) {
+    (void)jvmti, (void)map_length, (void)map;
+    if (!atomic_load(&g_active) || !method)
+        return;
+    int replayed = on_replay_thread();
+    if (replayed && g_replay_failed)
+        return;
+
+    /* HotSpot passes one INLINE_INFO record; other VMs/forks may chain more kinds, so walk the list. */
+    const jvmtiCompiledMethodLoadInlineRecord *recs[MAX_INLINE_RECS];
+    size_t n_recs = 0;
+    uint64_t n_pcs = 0, n_frames = 0;
+    const jvmtiCompiledMethodLoadRecordHeader *h = compile_info;
+    for (int hops = 0; h && hops < 64; h = h->next, hops++) {
+        if (h->kind != JVMTI_CMLR_INLINE_INFO || n_recs == MAX_INLINE_RECS)
+            continue;
+        const jvmtiCompiledMethodLoadInlineRecord *r = (const jvmtiCompiledMethodLoadInlineRecord *)h;
+        if (r->numpcs <= 0 || !r->pcinfo)
+            continue;
+        recs[n_recs++] = r;
+        n_pcs += (uint64_t)r->numpcs;
+        for (jint i = 0; i < r->numpcs; i++)
+            n_frames += (uint64_t)pc_frames(&r->pcinfo[i]);
+    }
+    uint64_t frame_len = MIN_FRAME_LEN + 28 + n_pcs * 12 + n_frames * 12;
+    if (frame_len > MAX_FRAME_LEN) {
+        count_drop(1, frame_len + 4);
+        return;
+    }
+
+    struct buf bn = {0}, bm = {0};
+    uint64_t *ids = NULL;
+    struct method_rec *ms = NULL;
+    JNIEnv *jni = jni_env();
+
+    size_t off = frame_begin(&bn, K_NMETHOD_LOAD);
+    put_u64(&bn, (uintptr_t)method);
+    put_u64(&bn, (uintptr_t)code_addr);
+    put_u32(&bn, code_size);
+    put_u8(&bn, replayed);
+    put_u8(&bn, 0);
+    put_u16(&bn, 0);
+    put_u32(&bn, n_pcs);
+    for (size_t r = 0; r < n_recs; r++) {
+        for (jint i = 0; i < recs[r]->numpcs; i++) {
+            const PCStackInfo *pc = &recs[r]->pcinfo[i];
+            jint nf = pc_frames(pc);
+            put_u64(&bn, (uintptr_t)pc->pc);
+            put_u32(&bn, nf);
+            for (jint f = 0; f < nf; f++) {
+                put_u64(&bn, (uintptr_t)pc->methods[f]);
+                put_u32(&bn, pc->bcis[f]);
+            }
+        }
+    }
+    frame_end(&bn, off);
+
+    size_t n_ids = 0;
+    ids = malloc((size_t)(n_frames + 1) * sizeof *ids);
+    if (!ids || bn.bad)
+        goto oom;
+    ids[n_ids++] = (uintptr_t)method;
+    for (size_t r = 0; r < n_recs; r++)
+        for (jint i = 0; i < recs[r]->numpcs; i++)
+            for (jint f = 0; f < pc_frames(&recs[r]->pcinfo[i]); f++)
+                if (recs[r]->pcinfo[i].methods[f])
+                    ids[n_ids++] = (uintptr_t)recs[r]->pcinfo[i].methods[f];
+    n_ids = sort_unique(ids, n_ids);
+    ms = malloc(n_ids * sizeof *ms);
+    if (!ms)
+        goto oom;
+
+    /* A reconnect between choosing which METHODs to send and enqueueing them invalidates the choice:
+     * start over (live events only; the replay runs on the thread that reconnects). */
+    for (int attempt = 0; attempt < 3; attempt++) {
+        size_t n_ms = 0;
+        pthread_mutex_lock(&g_q);
+        uint64_t gen = Q.gen;
+        int up = Q.ring != NULL;
+        if (up)
+            for (size_t i = 0; i < n_ids; i++)
+                if (!set_has(ids[i]))
+                    ms[n_ms++].id = ids[i];
+        pthread_mutex_unlock(&g_q);
+        if (!up)
+            goto out;
+
+        bm.len = 0;
+        for (size_t i = 0; i < n_ms; i++) {
+            ms[i].off = bm.len;
+            encode_method(&bm, jni, (jmethodID)(uintptr_t)ms[i].id);
+            ms[i].len = bm.len - ms[i].off;
+        }
+        if (bm.bad)
+            goto oom;
+
+        uint64_t limit = 0, total = bn.len, n_rec = 1;
+        wr_le(bn.p + 8, now_ns(), 8); /* not older than the METHODs just encoded */
+        pthread_mutex_lock(&g_q);
+        if (!Q.ring || Q.gen != gen) {
+            pthread_mutex_unlock(&g_q);
+            continue;
+        }
+        /* Another thread may have sent some of these METHODs meanwhile. */
+        for (size_t i = 0; i < n_ms; i++) {
+            ms[i].include = !set_has(ms[i].id);
+            if (ms[i].include) {
+                total += ms[i].len;
+                n_rec++;
+            }
+        }
+        int fits = set_reserve(n_rec) == 0 && (replayed || QUEUE_CAP - (Q.head - Q.tail) >= total);
+        if (!fits) {
+            Q.drop_records += n_rec;
+            Q.drop_bytes += total;
+            pthread_mutex_unlock(&g_q);
+            goto out;
+        }
+        for (size_t i = 0; i < n_ms; i++) {
+            if (!ms[i].include)
+                continue;
+            set_add(ms[i].id);
+            if (!replayed)
+                ring_copy_in(bm.p + ms[i].off, ms[i].len);
+        }
+        if (!replayed)
+            ring_copy_in(bn.p, bn.len);
+        limit = Q.head;
+        pthread_mutex_unlock(&g_q);
+
+        if (replayed) {
+            /* Flush what was queued before our ids went into the set (it may hold METHODs we now rely on),
+             * but not what was queued after (it may rely on the METHODs we are about to write). */
+            int err = drain(limit) < 0;
+            for (size_t i = 0; i < n_ms && !err; i++)
+                if (ms[i].include)
+                    err = send_all(bm.p + ms[i].off, ms[i].len) < 0;
+            if (!err)
+                err = send_all(bn.p, bn.len) < 0;
+            if (err)
+                g_replay_failed = 1;
+            else
+                g_replay_nmethods++;
+        }
+        goto out;
+    }
+    goto out;
+oom:
+    count_drop(1, bn.len);
+out:
+    free(ms);
+    free(ids);
+    free(bm.p);
+    free(bn.p);
+}
+
+static void JNICALL on_compiled_method_unload(jvmtiEnv *jvmti, jmethodID method, const void *code_addr) {
+    (void)jvmti;
+    if (!atomic_load(&g_active))
+        return;
+    struct buf b = {0};
+    size_t off = frame_begin(&b, K_NMETHOD_UNLOAD);
+    put_u64(&b, (uintptr_t)method);
+    put_u64(&b, (uintptr_t)code_addr);
+    frame_end(&b, off);
+    q_push(&b);
+    free(b.p);
+}
+
+static void JNICALL on_dynamic_code_generated(jvmtiEnv *jvmti, const char *name, const void *address,
+                                              jint length) {
+    (void)jvmti;
+    if (!atomic_load(&g_active))
+        return;
+    int replayed = on_replay_thread();
+    if (replayed && g_replay_failed)
+        return;
+    struct buf b = {0};
+    size_t off = frame_begin(&b, K_CODE_BLOB);
+    put_u64(&b, (uintptr_t)address);
+    put_u32(&b, length);
+    put_u8(&b, replayed);
+    put_u8(&b, 0);
+    put_u16(&b, 0);
+    put_str(&b, name);
+    frame_end(&b, off);
+    if (!replayed) {
+        q_push(&b);
+    } else if (b.bad) {
+        count_drop(1, b.len);
+    } else if (send_all(b.p, b.len) < 0) {
+        g_replay_failed = 1;
+    } else {
+        g_replay_blobs++;
+    }
+    free(b.p);
+}
+
+static void JNICALL on_thread_start(jvmtiEnv *jvmti, JNIEnv *jni, jthread thread) {
+    (void)jvmti;
+    if (!atomic_load(&g_active))
+        return;
+    uint32_t tid = (uint32_t)syscall(SYS_gettid); /* ThreadStart runs on the new thread */
+    jvmtiThreadInfo info;
+    memset(&info, 0, sizeof info);
+    if (JV(GetThreadInfo, thread, &info) != JVMTI_ERROR_NONE)
+        memset(&info, 0, sizeof info);
+    struct buf b = {0};
+    size_t off = frame_begin(&b, K_THREAD_START);
+    put_u32(&b, tid);
+    put_str(&b, info.name);
+    frame_end(&b, off);
+    q_push(&b);
+    free(b.p);
+    JV(Deallocate, (unsigned char *)info.name);
+    if (jni) {
+        if (info.thread_group)
+            (*jni)->DeleteLocalRef(jni, info.thread_group);
+        if (info.context_class_loader)
+            (*jni)->DeleteLocalRef(jni, info.context_class_loader);
+    }
+}
+
+static void JNICALL on_thread_end(jvmtiEnv *jvmti, JNIEnv *jni, jthread thread) {
+    (void)jvmti, (void)jni, (void)thread;
+    if (!atomic_load(&g_active))
+        return;
+    struct buf b = {0};
+    size_t off = frame_begin(&b, K_THREAD_END);
+    put_u32(&b, (uint32_t)syscall(SYS_gettid));
+    frame_end(&b, off);
+    q_push(&b);
+    free(b.p);
+}
+
+/* ---- shim thread: commands ----------------------------------------------------------------------------- */
+
+static int send_retransform_done(uint32_t requested, uint32_t done, jvmtiError err) {
+    struct buf b = {0};
+    size_t off = frame_begin(&b, K_RETRANSFORM_DONE);
+    put_u32(&b, requested);
+    put_u32(&b, done);
+    put_u32(&b, err);
+    frame_end(&b, off);
+    int rc = send_buf(&b);
+    free(b.p);
+    return rc;
+}
+
+struct cls {
+    jclass k;
+    jint hash;
+};
+
+static int cmp_cls(const void *a, const void *b) {
+    jint x = ((const struct cls *)a)->hash, y = ((const struct cls *)b)->hash;
+    return x < y ? -1 : x > y;
+}
+
+/* Retransforms (with unchanged bytes) the classes declaring the given methods. */
+static int retransform(JNIEnv *jni, const uint8_t *p, size_t len) {
+    if (len < 4)
+        return -1;
+    uint32_t n = (uint32_t)rd_le(p, 4);
+    if (n > MAX_RETRANSFORM)
+        return send_retransform_done(0, 0, JVMTI_ERROR_ILLEGAL_ARGUMENT);
+    if (len < 4 + (size_t)n * 8)
+        return -1;
+
+    uint64_t *ids = malloc(((size_t)n + 1) * sizeof *ids);
+    struct cls *cs = malloc(((size_t)n + 1) * sizeof *cs);
+    jclass *ks = malloc(((size_t)n + 1) * sizeof *ks);
+    if (!ids || !cs || !ks) {
+        free(ids), free(cs), free(ks);
+        return send_retransform_done(0, 0, JVMTI_ERROR_OUT_OF_MEMORY);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        ids[i] = rd_le(p + 4 + (size_t)i * 8, 8);
+    size_t n_ids = sort_unique(ids, n);
+
+    /* Only ids this connection was told about are real jmethodIDs; anything else would crash the VM. */
+    size_t k = 0;
+    pthread_mutex_lock(&g_q);
+    for (size_t i = 0; i < n_ids; i++)
+        if (ids[i] && set_has(ids[i]))
+            ids[k++] = ids[i];
+    pthread_mutex_unlock(&g_q);
+    n_ids = k;
+
+    jvmtiError err = JVMTI_ERROR_NONE;
+    if (!g_can_retransform) {
+        jvmtiCapabilities caps;
+        memset(&caps, 0, sizeof caps);
+        caps.can_retransform_classes = 1;
+        err = JV(AddCapabilities, &caps);
+        g_can_retransform = err == JVMTI_ERROR_NONE;
+    }
+
+    uint32_t requested = 0, done = 0;
+    /* One local ref per class; HotSpot caps a frame's declared capacity at MaxJNILocalCapacity (65536). */
+    jint capacity = n_ids + 16 < MAX_RETRANSFORM ? (jint)n_ids + 16 : (jint)MAX_RETRANSFORM;
+    if (err == JVMTI_ERROR_NONE && (*jni)->PushLocalFrame(jni, capacity) == 0) {
+        size_t n_cs = 0;
+        for (size_t i = 0; i < n_ids; i++) {
+            jclass klass = NULL;
+            if (JV(GetMethodDeclaringClass, (jmethodID)(uintptr_t)ids[i], &klass) != JVMTI_ERROR_NONE || !klass)
+                continue;
+            cs[n_cs].k = klass;
+            if (JV(GetObjectHashCode, klass, &cs[n_cs].hash) != JVMTI_ERROR_NONE)
+                cs[n_cs].hash = 0;
+            n_cs++;
+        }
+        /* Dedupe classes: equal identity hashes first, then IsSameObject within a run. */
+        qsort(cs, n_cs, sizeof *cs, cmp_cls);
+        size_t n_ks = 0, run = 0;
+        for (size_t i = 0; i < n_cs; i++) {
+            if (i > 0 && cs[i].hash != cs[i - 1].hash)
+                run = n_ks;
+            int dup = 0;
+            for (size_t j = run; j < n_ks && !dup; j++)
+                dup = (*jni)->IsSameObject(jni, ks[j], cs[i].k);
+            if (!dup)
+                ks[n_ks++] = cs[i].k;
+        }
+        requested = (uint32_t)n_ks;
+        size_t m = 0;
+        for (size_t i = 0; i < n_ks; i++) {
+            jboolean ok = JNI_FALSE;
+            if (JV(IsModifiableClass, ks[i], &ok) == JVMTI_ERROR_NONE && ok)
+                ks[m++] = ks[i];
+        }
+        if (m > 0)
+            err = JV(RetransformClasses, (jint)m, ks);
+        if (err == JVMTI_ERROR_NONE)
+            done = (uint32_t)m;
+        (*jni)->PopLocalFrame(jni, NULL);
+    } else if (err == JVMTI_ERROR_NONE) {
+        (*jni)->ExceptionClear(jni);
+        err = JVMTI_ERROR_OUT_OF_MEMORY;
+    }
+    free(ids), free(cs), free(ks);
+    return send_retransform_done(requested, done, err);
+}
+
+struct rx {
+    uint8_t *p;
+    size_t len, cap;
+    uint64_t skip; /* bytes of an ignored frame still to discard */
+};
+
+/* Reads and handles whatever the daemon sent. Returns -1 when the connection is over. */
+static int rx_pump(JNIEnv *jni, struct rx *r) {
+    for (;;) {
+        ssize_t n;
+        if (r->skip) {
+            uint8_t junk[4096];
+            n = recv(g_fd, junk, r->skip < sizeof junk ? (size_t)r->skip : sizeof junk, MSG_DONTWAIT);
+            if (n > 0)
+                r->skip -= (uint64_t)n;
+        } else {
+            if (r->len == r->cap) {
+                size_t cap = r->cap ? r->cap * 2 : 65536;
+                uint8_t *p = realloc(r->p, cap);
+                if (!p)
+                    return -1;
+                r->p = p;
+                r->cap = cap;
+            }
+            n = recv(g_fd, r->p + r->len, r->cap - r->len, MSG_DONTWAIT);
+            if (n > 0)
+                r->len += (size_t)n;
+        }
+        if (n == 0)
+            return -1;
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+        }
+
+        size_t pos = 0;
+        while (!r->skip && r->len - pos >= HDR_SIZE) {
+            uint32_t len = (uint32_t)rd_le(r->p + pos, 4);
+            uint16_t kind = (uint16_t)rd_le(r->p + pos + 4, 2);
+            if (len < MIN_FRAME_LEN || len > MAX_FRAME_LEN)
+                return -1;
+            size_t need = 4 + (size_t)len, have = r->len - pos;
+            if (kind != K_RETRANSFORM) {
+                if (have >= need) {
+                    pos += need;
+                } else {
+                    r->skip = need - have;
+                    pos = r->len;
+                }
+                continue;
+            }
+            if (have < need) {
+                if (need > r->cap) {
+                    uint8_t *p = realloc(r->p, need);
+                    if (!p)
+                        return -1;
+                    r->p = p;
+                    r->cap = need;
+                }
+                break;
+            }
+            if (retransform(jni, r->p + pos + HDR_SIZE, len - MIN_FRAME_LEN) < 0)
+                return -1;
+            pos += need;
+        }
+        memmove(r->p, r->p + pos, r->len - pos);
+        r->len -= pos;
+    }
+}
+
+/* ---- shim thread: session ------------------------------------------------------------------------------ */
+
+static const jvmtiEvent k_events[] = {
+    JVMTI_EVENT_COMPILED_METHOD_LOAD, JVMTI_EVENT_COMPILED_METHOD_UNLOAD, JVMTI_EVENT_DYNAMIC_CODE_GENERATED,
+    JVMTI_EVENT_THREAD_START,         JVMTI_EVENT_THREAD_END,
+};
+
+static void set_events(jvmtiEventMode mode) {
+    for (size_t i = 0; i < sizeof k_events / sizeof k_events[0]; i++)
+        JV(SetEventNotificationMode, mode, k_events[i], NULL);
+}
+
+/* System.getProperty(key) as a malloc'd string, or NULL. */
+static char *java_property(JNIEnv *jni, const char *key) {
+    char *val = NULL;
+    if ((*jni)->PushLocalFrame(jni, 8) != 0) {
+        (*jni)->ExceptionClear(jni);
+        return NULL;
+    }
+    jclass sys = (*jni)->FindClass(jni, "java/lang/System");
+    jmethodID get = sys ? (*jni)->GetStaticMethodID(jni, sys, "getProperty", "(Ljava/lang/String;)Ljava/lang/String;")
+                        : NULL;
+    jstring jkey = get ? (*jni)->NewStringUTF(jni, key) : NULL;
+    jstring jval = jkey ? (jstring)(*jni)->CallStaticObjectMethod(jni, sys, get, jkey) : NULL;
+    if ((*jni)->ExceptionCheck(jni)) {
+        (*jni)->ExceptionClear(jni);
+        jval = NULL;
+    }
+    const char *chars = jval ? (*jni)->GetStringUTFChars(jni, jval, NULL) : NULL;
+    if (chars) {
+        val = strdup(chars);
+        (*jni)->ReleaseStringUTFChars(jni, jval, chars);
+    }
+    (*jni)->ExceptionClear(jni);
+    (*jni)->PopLocalFrame(jni, NULL);
+    return val;
+}
+
+static int send_hello(JNIEnv *jni, uint32_t attach_count) {
+    static const char *const props[] = {"java.vm.version", "java.version", "java.vm.name"};
+    char *vals[3] = {NULL, NULL, NULL};
+    struct buf b = {0};
+    /* JVMTI only knows the VM's own properties; java.version is set by the class library. */
+    for (int i = 0; i < 3; i++) {
+        char *v = NULL;
+        if (JV(GetSystemProperty, props[i], &v) == JVMTI_ERROR_NONE && v && v[0])
+            vals[i] = strdup(v);
+        JV(Deallocate, (unsigned char *)v);
+        if (!vals[i])
+            vals[i] = java_property(jni, props[i]);
+    }
+    size_t off = frame_begin(&b, K_HELLO);
+    put_u32(&b, PROTOCOL_VERSION);
+    put_u32(&b, getpid());
+    put_u32(&b, attach_count);
+    put_str(&b, JVMPERF_SHIM_VERSION);
+    for (int i = 0; i < 3; i++)
+        put_str(&b, vals[i]);
+    frame_end(&b, off);
+    for (int i = 0; i < 3; i++)
+        free(vals[i]);
+    int rc = send_buf(&b);
+    free(b.p);
+    return rc;
+}
+
+static int send_replay_done(void) {
+    struct buf b = {0};
+    size_t off = frame_begin(&b, K_REPLAY_DONE);
+    put_u32(&b, g_replay_nmethods);
+    put_u32(&b, g_replay_blobs);
+    frame_end(&b, off);
+    int rc = send_buf(&b);
+    free(b.p);
+    return rc;
+}
+
+/* Sends DROPPED when the counters moved, at most every 100 ms. */
+static int maybe_send_dropped(uint64_t *last_records, uint64_t *last_bytes, uint64_t *last_time) {
+    pthread_mutex_lock(&g_q);
+    uint64_t records = Q.drop_records, bytes = Q.drop_bytes;
+    pthread_mutex_unlock(&g_q);
+    uint64_t now = now_ns();
+    if ((records == *last_records && bytes == *last_bytes) || now - *last_time < DROPPED_INTERVAL_NS)
+        return 0;
+    struct buf b = {0};
+    size_t off = frame_begin(&b, K_DROPPED);
+    put_u64(&b, records);
+    put_u64(&b, bytes);
+    frame_end(&b, off);
+    int rc = send_buf(&b);
+    free(b.p);
+    *last_records = records;
+    *last_bytes = bytes;
+    *last_time = now;
+    return rc;
+}
+
+static int connect_unix(const char *path) {
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, path, strlen(path)); /* length checked by parse_options */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    int rc;
+    do
+        rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+    while (rc < 0 && errno == EINTR);
+    if (rc < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void run_session(JNIEnv *jni, const char *path, uint32_t attach_count) {
+    int fd = connect_unix(path);
+    if (fd < 0)
+        return;
+    uint8_t *ring = malloc(QUEUE_CAP);
+    if (!ring) {
+        close(fd);
+        return;
+    }
+    pthread_mutex_lock(&g_q);
+    Q.ring = ring;
+    Q.head = Q.tail = 0;
+    Q.gen++;
+    Q.drop_records = Q.drop_bytes = 0;
+    pthread_mutex_unlock(&g_q);
+    g_fd = fd;
+    g_replay_failed = 0;
+    g_replay_nmethods = g_replay_blobs = 0;
+    atomic_store(&g_active, 1);
+
+    struct rx rx = {0};
+    if (send_hello(jni, attach_count) == 0) {
+        set_events(JVMTI_ENABLE);
+        g_replay_thread = pthread_self();
+        atomic_store(&g_replaying, 1);
+        JV(GenerateEvents, JVMTI_EVENT_DYNAMIC_CODE_GENERATED);
+        if (!g_replay_failed)
+            JV(GenerateEvents, JVMTI_EVENT_COMPILED_METHOD_LOAD);
+        atomic_store(&g_replaying, 0);
+
+        uint64_t last_records = 0, last_bytes = 0, last_time = 0;
+        int ok = !g_replay_failed && drain(UINT64_MAX) == 0 && send_replay_done() == 0;
+        while (ok && !atomic_load(&g_pending)) {
+            struct pollfd pfd = {.fd = fd, .events = POLLIN};
+            int pr = poll(&pfd, 1, POLL_MS);
+            if (pr < 0 && errno != EINTR)
+                break;
+            if (pr > 0 && rx_pump(jni, &rx) < 0)
+                break;
+            ok = drain(UINT64_MAX) == 0 && maybe_send_dropped(&last_records, &last_bytes, &last_time) == 0;
+        }
+        set_events(JVMTI_DISABLE);
+    }
+
+    atomic_store(&g_active, 0);
+    pthread_mutex_lock(&g_q);
+    uint64_t *ids = Q.ids;
+    Q.ring = NULL;
+    Q.ids = NULL;
+    Q.ids_cap = Q.ids_n = 0;
+    Q.gen++;
+    pthread_mutex_unlock(&g_q);
+    free(ring);
+    free(ids);
+    free(rx.p);
+    close(fd);
+    g_fd = -1;
+}
+
+static void *shim_main(void *arg) {
+    (void)arg;
+    JNIEnv *jni = NULL;
+    JavaVMAttachArgs args = {JNI_VERSION_1_6, (char *)"jvmperf-shim", NULL};
+    prctl(PR_SET_NAME, "jvmperf-shim", 0, 0, 0); /* else it keeps the Attach Listener's comm */
+    int attached = (*g_vm)->AttachCurrentThreadAsDaemon(g_vm, (void **)&jni, &args) == JNI_OK && jni;
+    for (;;) {
+        char path[sizeof g_path];
+        uint32_t count;
+        pthread_mutex_lock(&g_ctl);
+        if (!attached || !atomic_load(&g_pending)) {
+            atomic_store(&g_pending, 0);
+            g_thread_running = 0;
+            pthread_mutex_unlock(&g_ctl);
+            break;
+        }
+        atomic_store(&g_pending, 0);
+        memcpy(path, g_path, sizeof path);
+        count = g_attach_count;
+        pthread_mutex_unlock(&g_ctl);
+        run_session(jni, path, count);
+    }
+    if (attached)
+        (*g_vm)->DetachCurrentThread(g_vm);
+    return NULL;
+}
+
+/* Caller holds g_ctl. */
+static int start_thread(void) {
+    if (g_thread_running)
+        return 0;
+    pthread_attr_t attr;
+    pthread_t t;
+    if (pthread_attr_init(&attr) != 0)
+        return -1;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&t, &attr, shim_main, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc != 0)
+        return -1;
+    g_thread_running = 1;
+    return 0;
+}
+
+/* ---- agent entry points -------------------------------------------------------------------------------- */
+
+static void JNICALL on_vm_init(jvmtiEnv *jvmti, JNIEnv *jni, jthread thread) {
+    (void)jvmti, (void)jni, (void)thread;
+    JV(SetEventNotificationMode, JVMTI_DISABLE, JVMTI_EVENT_VM_INIT, NULL);
+    pthread_mutex_lock(&g_ctl);
+    g_live = 1;
+    if (atomic_load(&g_pending))
+        start_thread();
+    pthread_mutex_unlock(&g_ctl);
+}
+
+/* Creates the JVMTI environment once per process; caller holds g_ctl. */
+static int init_env(JavaVM *vm, int onload) {
+    if (g_jvmti)
+        return 0;
+    jvmtiEnv *env = NULL;
+    if ((*vm)->GetEnv(vm, (void **)&env, JVMTI_VERSION_1_2) != JNI_OK || !env)
+        return -1;
+    /* Minimal on purpose: on JDK 21+ any AddCapabilities also turns on virtual-thread notifications. */
+    jvmtiCapabilities caps;
+    memset(&caps, 0, sizeof caps);
+    caps.can_generate_compiled_method_load_events = 1;
+    caps.can_get_line_numbers = 1;
+    caps.can_get_source_file_name = 1;
+    jvmtiEventCallbacks cb;
+    memset(&cb, 0, sizeof cb);
+    cb.CompiledMethodLoad = on_compiled_method_load;
+    cb.CompiledMethodUnload = on_compiled_method_unload;
+    cb.DynamicCodeGenerated = on_dynamic_code_generated;
+    cb.ThreadStart = on_thread_start;
+    cb.ThreadEnd = on_thread_end;
+    cb.VMInit = on_vm_init;
+    if ((*env)->AddCapabilities(env, &caps) != JVMTI_ERROR_NONE ||
+        (*env)->SetEventCallbacks(env, &cb, (jint)sizeof cb) != JVMTI_ERROR_NONE ||
+        (onload && (*env)->SetEventNotificationMode(env, JVMTI_ENABLE, JVMTI_EVENT_VM_INIT, NULL) !=
+                       JVMTI_ERROR_NONE)) {
+        (*env)->DisposeEnvironment(env);
+        return -1;
+    }
+    g_vm = vm;
+    g_jvmti = env;
+    return 0;
+}
+
+/* options: "<absolute socket path>[,key=value...]"; unknown keys are ignored. */
+static int parse_options(const char *options, char *path, size_t cap) {
+    if (!options || options[0] != '/')
+        return -1;
+    size_t n = strcspn(options, ",");
+    if (n >= cap)
+        return -1;
+    memcpy(path, options, n);
+    path[n] = 0;
+    return 0;
+}
+
+static jint start(JavaVM *vm, const char *options, int onload) {
+    char path[sizeof g_path];
+    if (!vm || parse_options(options, path, sizeof path) != 0)
+        return JNI_ERR;
+    pthread_mutex_lock(&g_ctl);
+    int rc = init_env(vm, onload);
+    if (rc == 0) {
+        if (!onload)
+            g_live = 1;
+        memcpy(g_path, path, sizeof g_path);
+        g_attach_count++;
+        atomic_store(&g_pending, 1);
+        if (g_live && start_thread() != 0) {
+            g_attach_count--;
+            atomic_store(&g_pending, 0);
+            rc = -1;
+        }
+    }
+    if (rc != 0 && !g_ever_ok && g_jvmti) {
+        /* The JVM unloads the library after a failed first attach: leave nothing pointing into it. */
+        (*g_jvmti)->DisposeEnvironment(g_jvmti);
+        g_jvmti = NULL;
+    }
+    if (rc == 0)
+        g_ever_ok = 1;
+    pthread_mutex_unlock(&g_ctl);
+    return rc == 0 ? JNI_OK : JNI_ERR;
+}
+
+JNIEXPORT jint JNICALL Agent_OnAttach(JavaVM *vm, char *options, void *reserved) {
+    (void)reserved;
+    return start(vm, options, 0);
+}
+
+JNIEXPORT jint JNICALL Agent_OnLoad(JavaVM *vm, char *options, void *reserved) {
+    (void)reserved;
+    return start(vm, options, 1);
+}

@@ -1,0 +1,347 @@
+//! The time-versioned map of JIT code: which nmethod or stub owned an address at a given instant.
+//!
+//! The code cache reuses addresses, so each entry carries a validity interval. JVMTI stamps a load
+//! when the Service Thread posts it, i.e. *after* the code was installed, so an entry is taken to own
+//! its range from the end of the previous owner until its own unload: the owner of `addr` at `t` is
+//! the entry covering `addr` with the earliest end that is still after `t`. Resolution runs after
+//! recording (or after a short delay), so load records delivered late still resolve earlier samples.
+
+use crate::shim::protocol::{MethodInfo, NmethodLoad, PcInfo};
+use std::collections::{BTreeMap, HashMap};
+
+pub type MethodId = u64;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CodeKind {
+    /// A compiled Java method and its debug points, sorted by pc.
+    Nmethod { method: MethodId, pcs: Vec<PcInfo> },
+    /// A stub, adapter or the interpreter, named by DynamicCodeGenerated.
+    Blob { name: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodeEntry {
+    pub start: u64,
+    pub end: u64,
+    pub load_time: u64,
+    pub unload_time: Option<u64>,
+    /// Reported by the attach-time replay rather than as it was compiled.
+    pub replayed: bool,
+    pub kind: CodeKind,
+}
+
+impl CodeEntry {
+    fn valid_until(&self) -> u64 {
+        self.unload_time.unwrap_or(u64::MAX)
+    }
+
+    pub fn method(&self) -> Option<MethodId> {
+        match &self.kind {
+            CodeKind::Nmethod { method, .. } => Some(*method),
+            CodeKind::Blob { .. } => None,
+        }
+    }
+
+    /// The inlined chain (innermost first, with bcis) for `pc` in this nmethod.
+    ///
+    /// HotSpot's `pc_desc_near` rule: the first debug point at or after `pc`. A return address (every
+    /// caller frame) is itself a debug point and matches exactly; a top-frame pc maps to the next one.
+    pub fn frames_at(&self, pc: u64) -> Option<&[(MethodId, i32)]> {
+        let CodeKind::Nmethod { pcs, .. } = &self.kind else {
+            return None;
+        };
+        let idx = pcs.partition_point(|p| p.pc < pc);
+        pcs.get(idx).map(|p| p.frames.as_slice())
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct CodeMap {
+    methods: HashMap<MethodId, MethodInfo>,
+    entries: Vec<CodeEntry>,
+    /// Entry indices by start address, in arrival order.
+    by_start: BTreeMap<u64, Vec<usize>>,
+    longest: u64,
+}
+
+impl CodeMap {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add_method(&mut self, info: MethodInfo) {
+        self.methods.insert(info.id, info);
+    }
+
+    pub fn method(&self, id: MethodId) -> Option<&MethodInfo> {
+        self.methods.get(&id)
+    }
+
+    pub fn methods(&self) -> impl Iterator<Item = &MethodInfo> {
+        self.methods.values()
+    }
+
+    pub fn entries(&self) -> &[CodeEntry] {
+        &self.entries
+    }
+
+    pub fn add_nmethod(&mut self, time: u64, load: NmethodLoad) {
+        let mut pcs = load.pcs;
+        pcs.sort_by_key(|p| p.pc);
+        self.insert(CodeEntry {
+            start: load.code_addr,
+            end: load.code_addr.saturating_add(load.code_size as u64),
+            load_time: time,
+            unload_time: None,
+            replayed: load.replayed,
+            kind: CodeKind::Nmethod {
+                method: load.method,
+                pcs,
+            },
+        });
+    }
+
+    pub fn add_blob(&mut self, time: u64, addr: u64, size: u32, replayed: bool, name: String) {
+        self.insert(CodeEntry {
+            start: addr,
+            end: addr.saturating_add(size as u64),
+            load_time: time,
+            unload_time: None,
+            replayed,
+            kind: CodeKind::Blob { name },
+        });
+    }
+
+    fn insert(&mut self, entry: CodeEntry) {
+        if entry.end <= entry.start {
+            return;
+        }
+        // The same code reported twice (replay racing a live event): keep the first report.
+        let same_code = |e: &CodeEntry| {
+            e.start == entry.start
+                && e.end == entry.end
+                && e.unload_time.is_none()
+                && e.kind == entry.kind
+        };
+        if self
+            .overlapping(entry.start, entry.end)
+            .any(|i| same_code(&self.entries[i]))
+        {
+            return;
+        }
+        // Anything still open over this range without an unload was freed before this load: close it.
+        // An entry that loaded later than this one (out-of-order delivery) closes this one instead.
+        let mut own_end: Option<u64> = None;
+        let overlapping: Vec<usize> = self.overlapping(entry.start, entry.end).collect();
+        for i in overlapping {
+            let other = &mut self.entries[i];
+            if other.load_time <= entry.load_time {
+                if other.unload_time.is_none_or(|u| u > entry.load_time) {
+                    other.unload_time = Some(entry.load_time);
+                }
+            } else {
+                own_end = Some(own_end.map_or(other.load_time, |e| e.min(other.load_time)));
+            }
+        }
+        let idx = self.entries.len();
+        self.longest = self.longest.max(entry.end - entry.start);
+        self.by_start.entry(entry.start).or_default().push(idx);
+        self.entries.push(CodeEntry {
+            unload_time: entry.unload_time.or(own_end),
+            ..entry
+        });
+    }
+
+    pub fn unload_nmethod(&mut self, time: u64, method: MethodId, code_addr: u64) {
+        let Some(list) = self.by_start.get(&code_addr) else {
+            return;
+        };
+        // The newest load of this method at this address that is still open (or closed later than
+        // `time` by an implicit close) is the one being unloaded.
+        if let Some(&i) = list.iter().rev().find(|&&i| {
+            let e = &self.entries[i];
+            e.method() == Some(method) && e.load_time <= time && e.valid_until() > time
+        }) {
+            self.entries[i].unload_time = Some(time);
+        }
+    }
+
+    /// Indices of entries whose range intersects `[start, end)`.
+    fn overlapping(&self, start: u64, end: u64) -> impl Iterator<Item = usize> + '_ {
+        self.by_start
+            .range(start.saturating_sub(self.longest)..end)
+            .flat_map(|(_, v)| v.iter().copied())
+            .filter(move |&i| self.entries[i].end > start)
+    }
+
+    /// The code that owned `addr` at `time`.
+    pub fn lookup(&self, addr: u64, time: u64) -> Option<&CodeEntry> {
+        self.overlapping(addr, addr.saturating_add(1))
+            .map(|i| &self.entries[i])
+            .filter(|e| e.valid_until() > time)
+            .min_by_key(|e| (e.valid_until(), std::cmp::Reverse(e.load_time)))
+    }
+
+    /// The code at `addr` right now (the newest entry still open).
+    pub fn lookup_latest(&self, addr: u64) -> Option<&CodeEntry> {
+        self.overlapping(addr, addr.saturating_add(1))
+            .map(|i| &self.entries[i])
+            .filter(|e| e.unload_time.is_none())
+            .max_by_key(|e| e.load_time)
+    }
+
+    /// Entries currently open, in address order.
+    pub fn live_entries(&self) -> Vec<&CodeEntry> {
+        let mut v: Vec<&CodeEntry> = self
+            .entries
+            .iter()
+            .filter(|e| e.unload_time.is_none())
+            .collect();
+        v.sort_by_key(|e| e.start);
+        v
+    }
+
+    pub fn nmethod_count(&self) -> usize {
+        self.entries.iter().filter(|e| e.method().is_some()).count()
+    }
+}
+
+impl MethodInfo {
+    /// The source line of `bci`, from the line table (last entry starting at or before it).
+    pub fn line_of(&self, bci: i32) -> Option<u32> {
+        if bci < 0 {
+            return self.lines.iter().min_by_key(|l| l.0).map(|l| l.1);
+        }
+        self.lines
+            .iter()
+            .filter(|(start, _)| *start as i64 <= bci as i64)
+            .max_by_key(|(start, _)| *start)
+            .map(|&(_, line)| line)
+    }
+
+    /// `package.Class.method`.
+    pub fn qualified_name(&self) -> String {
+        format!(
+            "{}.{}",
+            crate::java_names::class_name(&self.class_signature),
+            self.name
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nm(
+        method: MethodId,
+        addr: u64,
+        size: u32,
+        pcs: &[(u64, &[(MethodId, i32)])],
+    ) -> NmethodLoad {
+        NmethodLoad {
+            method,
+            code_addr: addr,
+            code_size: size,
+            replayed: false,
+            pcs: pcs
+                .iter()
+                .map(|(pc, f)| PcInfo {
+                    pc: *pc,
+                    frames: f.to_vec(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn reused_address_resolves_by_time() {
+        let mut map = CodeMap::new();
+        map.add_nmethod(100, nm(1, 0x1000, 0x100, &[]));
+        map.unload_nmethod(200, 1, 0x1000);
+        map.add_nmethod(300, nm(2, 0x1080, 0x100, &[]));
+        assert_eq!(
+            map.lookup(0x10a0, 50).unwrap().method(),
+            Some(1),
+            "before load: earliest owner"
+        );
+        assert_eq!(map.lookup(0x10a0, 150).unwrap().method(), Some(1));
+        assert_eq!(
+            map.lookup(0x10a0, 250).unwrap().method(),
+            Some(2),
+            "after unload, before the next load record"
+        );
+        assert_eq!(map.lookup(0x10a0, 350).unwrap().method(), Some(2));
+        assert_eq!(map.lookup(0x1010, 350), None, "freed and not reused");
+        assert_eq!(map.lookup_latest(0x10a0).unwrap().method(), Some(2));
+    }
+
+    #[test]
+    fn missing_unload_is_implied_by_a_later_load() {
+        let mut map = CodeMap::new();
+        map.add_nmethod(100, nm(1, 0x1000, 0x100, &[]));
+        map.add_nmethod(300, nm(2, 0x1000, 0x40, &[]));
+        assert_eq!(map.lookup(0x1010, 200).unwrap().method(), Some(1));
+        assert_eq!(map.lookup(0x1010, 400).unwrap().method(), Some(2));
+        // A late unload record for the old code must not close the new one.
+        map.unload_nmethod(250, 1, 0x1000);
+        assert_eq!(map.lookup(0x1010, 400).unwrap().method(), Some(2));
+        assert_eq!(map.lookup(0x1010, 260).unwrap().method(), Some(2));
+    }
+
+    #[test]
+    fn out_of_order_load_is_closed_by_the_newer_one() {
+        let mut map = CodeMap::new();
+        map.add_nmethod(300, nm(2, 0x1000, 0x100, &[]));
+        map.add_nmethod(100, nm(1, 0x1000, 0x100, &[]));
+        assert_eq!(map.lookup(0x1010, 150).unwrap().method(), Some(1));
+        assert_eq!(map.lookup(0x1010, 350).unwrap().method(), Some(2));
+    }
+
+    #[test]
+    fn duplicate_reports_collapse() {
+        let mut map = CodeMap::new();
+        map.add_nmethod(100, nm(1, 0x1000, 0x100, &[]));
+        map.add_nmethod(120, nm(1, 0x1000, 0x100, &[]));
+        assert_eq!(map.entries().len(), 1);
+        assert_eq!(map.lookup(0x1010, 500).unwrap().load_time, 100);
+    }
+
+    #[test]
+    fn inline_chain_rules() {
+        let mut map = CodeMap::new();
+        map.add_nmethod(
+            1,
+            nm(
+                1,
+                0x1000,
+                0x100,
+                &[(0x1020, &[(2, 5), (1, 10)]), (0x1040, &[(1, 12)])],
+            ),
+        );
+        let e = map.lookup(0x1030, 5).unwrap();
+        assert_eq!(e.frames_at(0x1020).unwrap(), &[(2, 5), (1, 10)]);
+        assert_eq!(e.frames_at(0x1021).unwrap(), &[(1, 12)], "next debug point");
+        assert_eq!(e.frames_at(0x1010).unwrap(), &[(2, 5), (1, 10)]);
+        assert_eq!(e.frames_at(0x1050), None);
+    }
+
+    #[test]
+    fn lines_by_bci() {
+        let m = MethodInfo {
+            id: 1,
+            class_signature: "Lbench/A;".into(),
+            name: "run".into(),
+            signature: "()V".into(),
+            source_file: "A.java".into(),
+            access_flags: 0,
+            bytecode_len: 30,
+            lines: vec![(0, 10), (8, 11), (20, 13)],
+        };
+        assert_eq!(m.line_of(0), Some(10));
+        assert_eq!(m.line_of(9), Some(11));
+        assert_eq!(m.line_of(29), Some(13));
+        assert_eq!(m.line_of(-1), Some(10));
+        assert_eq!(m.qualified_name(), "bench.A.run");
+    }
+}

@@ -1,0 +1,12 @@
+//! jvmperf: a stack-sampling profiler for HotSpot JVMs on Linux.
+
+pub mod attach;
+pub mod codemap;
+pub mod error;
+pub mod hotspot;
+pub mod java_names;
+pub mod jitmap;
+pub mod live_jvm;
+pub mod shim;
+pub mod shim_lib;
+pub mod target;

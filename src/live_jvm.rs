@@ -1,0 +1,159 @@
+//! A live connection to a target JVM: preflight checks, attach, the shim session, and the code map
+//! it keeps current. Every command that needs Java names starts here.
+
+use crate::attach;
+use crate::error::{err, ErrorKind, Result};
+use crate::hotspot::HotSpot;
+use crate::shim::collector::{JitState, RetransformResult};
+use crate::shim::protocol;
+use crate::shim::session::ShimSession;
+use crate::target::TargetProcess;
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+/// How long the attach-time replay may take before we give up on a complete map.
+const REPLAY_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct LiveJvm {
+    pub process: TargetProcess,
+    pub hotspot: HotSpot,
+    pub session: ShimSession,
+    pub state: JitState,
+    /// `DebugNonSafepoints` is on, so code compiled from now on has exact pc → inline mappings.
+    pub debug_non_safepoints: bool,
+    /// From the start of `attach` to HELLO, and to the end of the replay.
+    pub time_to_hello: Duration,
+    pub time_to_code_map: Duration,
+}
+
+impl LiveJvm {
+    /// Attach and wait until the code map holds everything that existed at attach time.
+    pub fn attach(pid: u32) -> Result<Self> {
+        let started = Instant::now();
+        let process = TargetProcess::open(pid)?;
+        let hotspot = HotSpot::open(&process)?;
+        attach::check_flags(&process, &attach::read_attach_flags(&hotspot))?;
+        let debug_non_safepoints = hotspot.enable_debug_non_safepoints();
+        let session = ShimSession::attach(&process)?;
+        let time_to_hello = started.elapsed();
+        let mut live = LiveJvm {
+            process,
+            hotspot,
+            session,
+            state: JitState::default(),
+            debug_non_safepoints,
+            time_to_hello,
+            time_to_code_map: Duration::ZERO,
+        };
+        let deadline = Instant::now() + REPLAY_TIMEOUT;
+        while live.state.replay_done.is_none() {
+            if Instant::now() >= deadline {
+                return err(
+                    ErrorKind::Shim,
+                    format!(
+                        "the shim did not finish replaying JVM {}'s code within {} s",
+                        pid,
+                        REPLAY_TIMEOUT.as_secs()
+                    ),
+                );
+            }
+            live.pump(Duration::from_millis(100))?;
+        }
+        live.time_to_code_map = started.elapsed();
+        Ok(live)
+    }
+
+    /// Apply every frame that arrives within `timeout` (returns early once the socket is idle).
+    pub fn pump(&mut self, timeout: Duration) -> Result<usize> {
+        let deadline = Instant::now() + timeout;
+        let mut n = 0;
+        while let Some(frame) = self
+            .session
+            .next(deadline.saturating_duration_since(Instant::now()))?
+        {
+            self.state.apply(frame);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Retransform the classes declaring `methods` (unchanged bytes), which deoptimizes their compiled
+    /// code; the recompiled code carries exact pc → inline mappings. Waits for the shim's answer.
+    pub fn retransform(&mut self, methods: &[u64]) -> Result<RetransformResult> {
+        self.state.retransform = None;
+        self.session
+            .send(&protocol::encode_retransform(0, methods))?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.state.retransform.is_none() {
+            if Instant::now() >= deadline {
+                return err(
+                    ErrorKind::Shim,
+                    "the shim did not answer the retransform request",
+                );
+            }
+            self.pump(Duration::from_millis(100))?;
+        }
+        Ok(self.state.retransform.unwrap_or_default())
+    }
+
+    /// Wait until each of `methods` has code loaded after `since` (or `timeout` passes); returns how
+    /// many did.
+    pub fn wait_for_recompilation(
+        &mut self,
+        methods: &HashSet<u64>,
+        since: u64,
+        timeout: Duration,
+    ) -> Result<usize> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.pump(Duration::from_millis(100))?;
+            let done = self
+                .state
+                .code
+                .entries()
+                .iter()
+                .filter(|e| e.load_time > since && !e.replayed)
+                .filter_map(|e| e.method())
+                .filter(|m| methods.contains(m))
+                .collect::<HashSet<_>>()
+                .len();
+            if done == methods.len() || Instant::now() >= deadline {
+                return Ok(done);
+            }
+        }
+    }
+}
+
+/// Methods whose code was compiled before we attached and so may lack exact inline mappings, limited
+/// to application classes: retransforming JDK classes costs more and gains the user little.
+pub fn imprecise_application_methods(state: &JitState) -> Vec<u64> {
+    let mut out: Vec<u64> = state
+        .code
+        .live_entries()
+        .into_iter()
+        .filter(|e| e.replayed)
+        .filter_map(|e| e.method())
+        .filter(|m| {
+            state
+                .code
+                .method(*m)
+                .is_some_and(|info| is_application_class(&info.class_signature))
+        })
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+fn is_application_class(class_signature: &str) -> bool {
+    const JDK_PREFIXES: &[&str] = &["Ljava/", "Ljavax/", "Ljdk/", "Lsun/", "Lcom/sun/"];
+    !JDK_PREFIXES.iter().any(|p| class_signature.starts_with(p))
+}
+
+/// Current CLOCK_MONOTONIC in ns (the clock of perf samples and shim records).
+pub fn monotonic_now() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}

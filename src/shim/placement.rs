@@ -1,0 +1,164 @@
+//! Putting the shim library and the daemon socket where the target JVM can reach them.
+//!
+//! Both live in `/tmp/.jvmperf-<uid>/` *as the target sees it* (`/proc/<pid>/root/tmp/...`, so a JVM in
+//! a container finds them in its own mount namespace), a directory owned by the target's user with
+//! mode 0700. Files are created with O_EXCL|O_NOFOLLOW and checked with lstat, so nobody else on the
+//! host can swap them for a symlink or their own library.
+
+use crate::error::{err, Error, ErrorKind, Result};
+use crate::shim_lib::{SHIM_SO, SHIM_VERSION};
+use crate::target::TargetProcess;
+use nix::unistd::{fchown, Gid, Uid};
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// The per-user working directory in the target's file system.
+#[derive(Debug, Clone)]
+pub struct ShimDir {
+    /// Path as the target sees it.
+    pub inner: PathBuf,
+    /// The same directory reached from our mount namespace.
+    pub outer: PathBuf,
+    uid: u32,
+    gid: u32,
+}
+
+impl ShimDir {
+    pub fn prepare(process: &TargetProcess) -> Result<Self> {
+        let inner = PathBuf::from(format!("/tmp/.jvmperf-{}", process.euid));
+        let outer = process.path_in_root(&inner);
+        let dir = ShimDir {
+            inner,
+            outer,
+            uid: process.euid,
+            gid: process.egid,
+        };
+        dir.create()?;
+        Ok(dir)
+    }
+
+    fn create(&self) -> Result<()> {
+        let perm = |what: String| Error::new(ErrorKind::Permission, what);
+        match fs::DirBuilder::new().mode(0o700).create(&self.outer) {
+            Ok(()) => {
+                if nix::unistd::geteuid().is_root() {
+                    nix::unistd::chown(
+                        &self.outer,
+                        Some(Uid::from_raw(self.uid)),
+                        Some(Gid::from_raw(self.gid)),
+                    )
+                    .map_err(|e| perm(format!("cannot chown {}: {e}", self.outer.display())))?;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(perm(format!(
+                    "cannot create {}: {e} (is /tmp writable in the target?)",
+                    self.outer.display()
+                )))
+            }
+        }
+        let meta = fs::symlink_metadata(&self.outer)
+            .map_err(|e| perm(format!("{}: {e}", self.outer.display())))?;
+        if !meta.file_type().is_dir() || meta.uid() != self.uid || meta.mode() & 0o077 != 0 {
+            return err(
+                ErrorKind::Permission,
+                format!(
+                    "{} is not a private directory of uid {} (remove it and retry)",
+                    self.outer.display(),
+                    self.uid
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// Give a file we created to the target's user, so the JVM can open it.
+    fn hand_over(&self, file: &fs::File) -> std::io::Result<()> {
+        if nix::unistd::geteuid().is_root() {
+            fchown(
+                file,
+                Some(Uid::from_raw(self.uid)),
+                Some(Gid::from_raw(self.gid)),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Write the embedded shim (once per shim version) and return its path inside the target.
+    ///
+    /// The name carries the shim version: HotSpot never unloads an agent, and `dlopen` of a path that
+    /// is already loaded returns the loaded copy, so a re-attach with the same version gets
+    /// `Agent_OnAttach` called again on the same library (and no second JEP 451 warning).
+    pub fn install_shim(&self) -> Result<String> {
+        let name = format!("libjvmperf-shim-{SHIM_VERSION}.so");
+        let outer = self.outer.join(&name);
+        if let Ok(meta) = fs::symlink_metadata(&outer) {
+            let ours = meta.file_type().is_file()
+                && (meta.uid() == self.uid || meta.uid() == 0)
+                && meta.mode() & 0o022 == 0
+                && fs::read(&outer).is_ok_and(|bytes| bytes == SHIM_SO);
+            if ours {
+                return Ok(self.inner.join(&name).to_string_lossy().into_owned());
+            }
+            fs::remove_file(&outer).map_err(|e| {
+                Error::new(
+                    ErrorKind::Permission,
+                    format!("cannot replace {}: {e}", outer.display()),
+                )
+            })?;
+        }
+        let tmp = self.outer.join(format!(".{name}.{}", std::process::id()));
+        let _ = fs::remove_file(&tmp);
+        let write = || -> std::io::Result<()> {
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o500)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&tmp)?;
+            f.write_all(SHIM_SO)?;
+            f.set_permissions(fs::Permissions::from_mode(0o500))?;
+            self.hand_over(&f)?;
+            f.sync_all()?;
+            fs::rename(&tmp, &outer)
+        };
+        write().map_err(|e| {
+            let _ = fs::remove_file(&tmp);
+            Error::new(
+                ErrorKind::Permission,
+                format!("cannot write the shim library to {}: {e}", outer.display()),
+            )
+        })?;
+        Ok(self.inner.join(&name).to_string_lossy().into_owned())
+    }
+
+    /// A fresh socket path: (inside the target, from our side).
+    pub fn socket_paths(&self, tag: &str) -> (String, PathBuf) {
+        let name = format!("d{}-{tag}.sock", std::process::id());
+        (
+            self.inner.join(&name).to_string_lossy().into_owned(),
+            self.outer.join(name),
+        )
+    }
+
+    /// Hand a bound socket file to the target's user.
+    pub fn hand_over_path(&self, path: &Path) -> Result<()> {
+        if nix::unistd::geteuid().is_root() {
+            nix::unistd::chown(
+                path,
+                Some(Uid::from_raw(self.uid)),
+                Some(Gid::from_raw(self.gid)),
+            )
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Permission,
+                    format!("cannot chown {}: {e}", path.display()),
+                )
+            })?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,311 @@
+//! Reading (and, rarely, writing) the target's memory. Everything above this layer goes through
+//! [`TargetMemory`], so the HotSpot readers can be tested on memory snapshots.
+
+use std::collections::BTreeMap;
+use std::io::IoSliceMut;
+
+/// A failed read: the address range was not readable in the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemError {
+    pub addr: u64,
+    pub len: usize,
+}
+
+impl std::fmt::Display for MemError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot read {} bytes at {:#x}", self.len, self.addr)
+    }
+}
+
+impl std::error::Error for MemError {}
+
+/// Longest C string we ever read from the target (HotSpot names are far shorter).
+pub const MAX_CSTR: usize = 4096;
+
+pub trait TargetMemory {
+    /// Fill `buf` from `addr`, entirely or not at all.
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError>;
+
+    fn read_u8(&self, addr: u64) -> Result<u8, MemError> {
+        let mut b = [0u8; 1];
+        self.read(addr, &mut b)?;
+        Ok(b[0])
+    }
+    fn read_u16(&self, addr: u64) -> Result<u16, MemError> {
+        let mut b = [0u8; 2];
+        self.read(addr, &mut b)?;
+        Ok(u16::from_le_bytes(b))
+    }
+    fn read_u32(&self, addr: u64) -> Result<u32, MemError> {
+        let mut b = [0u8; 4];
+        self.read(addr, &mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+    fn read_u64(&self, addr: u64) -> Result<u64, MemError> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// A NUL-terminated string of at most `MAX_CSTR` bytes, read page by page so a string that ends
+    /// just before an unmapped page is still readable.
+    fn read_cstr(&self, addr: u64) -> Result<String, MemError> {
+        let mut out = Vec::new();
+        let mut at = addr;
+        while out.len() < MAX_CSTR {
+            let to_page_end = (0x1000 - (at & 0xfff)) as usize;
+            let mut n = to_page_end.min(256).min(MAX_CSTR - out.len());
+            let mut chunk = vec![0u8; n];
+            // A shorter read may still succeed where a readable region ends mid-chunk.
+            while self.read(at, &mut chunk[..n]).is_err() {
+                if n == 1 {
+                    return Err(MemError { addr: at, len: 1 });
+                }
+                n = (n / 16).max(1);
+            }
+            chunk.truncate(n);
+            if let Some(nul) = chunk.iter().position(|&b| b == 0) {
+                out.extend_from_slice(&chunk[..nul]);
+                return Ok(String::from_utf8_lossy(&out).into_owned());
+            }
+            out.extend_from_slice(&chunk);
+            at += n as u64;
+        }
+        Err(MemError {
+            addr,
+            len: MAX_CSTR,
+        })
+    }
+}
+
+/// The memory of a live process, through `process_vm_readv` (needs PTRACE_MODE_ATTACH rights).
+#[derive(Debug, Clone, Copy)]
+pub struct ProcessMemory {
+    pub pid: u32,
+}
+
+impl TargetMemory for ProcessMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        let fail = MemError {
+            addr,
+            len: buf.len(),
+        };
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if addr == 0 || addr.checked_add(buf.len() as u64).is_none() {
+            return Err(fail);
+        }
+        let len = buf.len();
+        let remote = [nix::sys::uio::RemoteIoVec {
+            base: addr as usize,
+            len,
+        }];
+        let mut local = [IoSliceMut::new(buf)];
+        match nix::sys::uio::process_vm_readv(
+            nix::unistd::Pid::from_raw(self.pid as i32),
+            &mut local,
+            &remote,
+        ) {
+            Ok(n) if n == len => Ok(()),
+            _ => Err(fail),
+        }
+    }
+}
+
+impl ProcessMemory {
+    /// Write into the target. Used only to switch HotSpot flags that are read at compile time.
+    pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        let fail = MemError {
+            addr,
+            len: data.len(),
+        };
+        let remote = [nix::sys::uio::RemoteIoVec {
+            base: addr as usize,
+            len: data.len(),
+        }];
+        let local = [std::io::IoSlice::new(data)];
+        match nix::sys::uio::process_vm_writev(
+            nix::unistd::Pid::from_raw(self.pid as i32),
+            &local,
+            &remote,
+        ) {
+            Ok(n) if n == data.len() => Ok(()),
+            _ => Err(fail),
+        }
+    }
+}
+
+/// A set of memory regions captured from a real process, for tests and fuzzing.
+///
+/// File format (all little-endian): repeated `u64 addr, u64 len, len bytes`.
+#[derive(Debug, Default, Clone)]
+pub struct SnapshotMemory {
+    regions: BTreeMap<u64, Vec<u8>>,
+}
+
+impl SnapshotMemory {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add(&mut self, addr: u64, bytes: Vec<u8>) {
+        self.regions.insert(addr, bytes);
+    }
+
+    /// Parse the snapshot format; trailing garbage or a truncated region is an error.
+    pub fn from_bytes(mut data: &[u8]) -> Option<Self> {
+        let mut snap = SnapshotMemory::new();
+        while !data.is_empty() {
+            let addr = u64::from_le_bytes(data.get(0..8)?.try_into().ok()?);
+            let len =
+                usize::try_from(u64::from_le_bytes(data.get(8..16)?.try_into().ok()?)).ok()?;
+            let bytes = data.get(16..16usize.checked_add(len)?)?.to_vec();
+            snap.add(addr, bytes);
+            data = &data[16 + len..];
+        }
+        Some(snap)
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (addr, bytes) in &self.regions {
+            out.extend_from_slice(&addr.to_le_bytes());
+            out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            out.extend_from_slice(bytes);
+        }
+        out
+    }
+}
+
+impl TargetMemory for SnapshotMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        let fail = MemError {
+            addr,
+            len: buf.len(),
+        };
+        let (start, bytes) = self.regions.range(..=addr).next_back().ok_or(fail)?;
+        let off = usize::try_from(addr - start).map_err(|_| fail)?;
+        let src = bytes
+            .get(off..off.checked_add(buf.len()).ok_or(fail)?)
+            .ok_or(fail)?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
+}
+
+/// Reads whole pages once and serves later reads from them: for data that does not change while we
+/// look at it (VMStructs tables and their strings), this turns thousands of syscalls into dozens.
+pub struct PageCachedMemory<M> {
+    inner: M,
+    pages: std::cell::RefCell<std::collections::HashMap<u64, Option<Box<[u8]>>>>,
+}
+
+const PAGE: u64 = 4096;
+
+impl<M: TargetMemory> PageCachedMemory<M> {
+    pub fn new(inner: M) -> Self {
+        PageCachedMemory {
+            inner,
+            pages: Default::default(),
+        }
+    }
+
+    fn with_page<T>(&self, page: u64, f: impl FnOnce(&[u8]) -> T) -> Option<T> {
+        let mut pages = self.pages.borrow_mut();
+        let entry = pages.entry(page).or_insert_with(|| {
+            let mut buf = vec![0u8; PAGE as usize].into_boxed_slice();
+            self.inner.read(page, &mut buf).ok().map(|_| buf)
+        });
+        entry.as_deref().map(f)
+    }
+}
+
+impl<M: TargetMemory> TargetMemory for PageCachedMemory<M> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        let fail = MemError {
+            addr,
+            len: buf.len(),
+        };
+        let mut done = 0usize;
+        while done < buf.len() {
+            let at = addr.checked_add(done as u64).ok_or(fail)?;
+            let page = at & !(PAGE - 1);
+            let off = (at - page) as usize;
+            let n = (PAGE as usize - off).min(buf.len() - done);
+            let dst = &mut buf[done..done + n];
+            self.with_page(page, |p| dst.copy_from_slice(&p[off..off + n]))
+                .ok_or(fail)?;
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+/// Records every successful read of an inner memory, to capture test fixtures from a live JVM.
+pub struct RecordingMemory<M> {
+    pub inner: M,
+    pub seen: std::cell::RefCell<SnapshotMemory>,
+}
+
+impl<M: TargetMemory> RecordingMemory<M> {
+    pub fn new(inner: M) -> Self {
+        RecordingMemory {
+            inner,
+            seen: Default::default(),
+        }
+    }
+}
+
+impl<M: TargetMemory> TargetMemory for RecordingMemory<M> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        self.inner.read(addr, buf)?;
+        self.seen.borrow_mut().add(addr, buf.to_vec());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_reads_inside_regions_only() {
+        let mut s = SnapshotMemory::new();
+        s.add(0x1000, b"hello\0world\0".to_vec());
+        s.add(0x2000, b"unterminated".to_vec());
+        assert_eq!(s.read_cstr(0x1000).unwrap(), "hello");
+        assert_eq!(s.read_u8(0x1006).unwrap(), b'w');
+        assert!(s.read_u64(0x1008).is_err(), "crosses the region end");
+        assert!(s.read_cstr(0x2000).is_err(), "no terminator");
+        assert!(s.read_u8(0xfff).is_err());
+        let round = SnapshotMemory::from_bytes(&s.to_bytes()).unwrap();
+        assert_eq!(round.read_cstr(0x1006).unwrap(), "world");
+        assert!(SnapshotMemory::from_bytes(&[1, 2, 3]).is_none());
+    }
+
+    #[test]
+    fn page_cache_serves_reads_across_pages() {
+        let mut s = SnapshotMemory::new();
+        s.add(0x1000, (0..8192u32).map(|i| i as u8).collect());
+        let c = PageCachedMemory::new(s);
+        let mut buf = [0u8; 16];
+        c.read(0x1ff8, &mut buf).unwrap();
+        assert_eq!(buf[0], 0xf8);
+        assert_eq!(buf[8], 0x00);
+        assert!(
+            c.read(0x2ff8, &mut buf).is_err(),
+            "second page is beyond the snapshot"
+        );
+    }
+
+    #[test]
+    fn own_memory_through_process_vm_readv() {
+        let data = *b"jvmperf\0";
+        let m = ProcessMemory {
+            pid: std::process::id(),
+        };
+        assert_eq!(m.read_cstr(data.as_ptr() as u64).unwrap(), "jvmperf");
+        assert!(m.read_u64(8).is_err());
+    }
+}

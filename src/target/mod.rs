@@ -1,0 +1,7 @@
+//! The profiled process: its identity under /proc, and access to its memory.
+
+pub mod memory;
+pub mod process;
+
+pub use memory::{MemError, PageCachedMemory, ProcessMemory, SnapshotMemory, TargetMemory};
+pub use process::{Mapping, TargetProcess};

@@ -1,0 +1,175 @@
+//! Shared test support: bench apps compiled by `cargo xtask bench-apps`, real JVMs started from them,
+//! and the jvmperf binary.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+pub fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn java_home() -> PathBuf {
+    std::env::var_os("JVMPERF_TEST_JAVA_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/lib/jvm/java-17-openjdk-amd64"))
+}
+
+/// Compile the bench apps once per test binary (xtask skips work that is up to date).
+pub fn bench_classes() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cargo = option_env!("CARGO").unwrap_or("cargo");
+            let lock = std::fs::File::create(workspace().join("target/.bench-apps.lock"))
+                .expect("lock file");
+            nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+                .map(|guard| {
+                    let status = Command::new(cargo)
+                        .args(["run", "--quiet", "--package", "xtask", "--", "bench-apps"])
+                        .current_dir(workspace())
+                        .status()
+                        .expect("run cargo xtask bench-apps");
+                    assert!(status.success(), "cargo xtask bench-apps failed");
+                    drop(guard);
+                })
+                .expect("flock");
+            workspace().join("target/bench-apps/classes")
+        })
+        .clone()
+}
+
+/// A JVM running a bench app; killed when dropped.
+pub struct Jvm {
+    pub child: Child,
+    pub pid: u32,
+    pub stdout: Arc<Mutex<Vec<String>>>,
+    pub stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Jvm {
+    /// Start `class` with extra JVM flags and program args, wait for its `READY` line.
+    pub fn start(jvm_flags: &[&str], class: &str, args: &[&str]) -> Jvm {
+        Self::start_with_classpath(&bench_classes(), jvm_flags, class, args)
+    }
+
+    pub fn start_with_classpath(cp: &Path, jvm_flags: &[&str], class: &str, args: &[&str]) -> Jvm {
+        let mut child = Command::new(java_home().join("bin/java"))
+            .args(jvm_flags)
+            .arg("-cp")
+            .arg(cp)
+            .arg(class)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start java");
+        let pid = child.id();
+        let stdout = collect_lines(child.stdout.take().unwrap());
+        let stderr = collect_lines(child.stderr.take().unwrap());
+        let jvm = Jvm {
+            child,
+            pid,
+            stdout,
+            stderr,
+        };
+        jvm.wait_for_line("READY", Duration::from_secs(60));
+        jvm
+    }
+
+    pub fn wait_for_line(&self, needle: &str, timeout: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if self
+                .stdout
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| l.contains(needle))
+            {
+                return;
+            }
+            assert!(
+                self.is_alive(),
+                "JVM exited early; stderr: {:?}",
+                self.stderr.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("JVM did not print {needle} within {timeout:?}");
+    }
+
+    pub fn is_alive(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .map(|s| {
+                s.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
+            })
+            .unwrap_or(false)
+    }
+
+    pub fn stdout_lines(&self) -> Vec<String> {
+        self.stdout.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Jvm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn collect_lines(r: impl std::io::Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines() {
+            let Ok(line) = line else { break };
+            sink.lock().unwrap().push(line);
+        }
+    });
+    lines
+}
+
+pub fn jvmperf() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_jvmperf"))
+}
+
+/// Run jvmperf with `args`, returning its output.
+pub fn run_jvmperf(args: &[&str]) -> Output {
+    jvmperf().args(args).output().expect("run jvmperf")
+}
+
+pub fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The bytecode index of the first `invoke*` of `callee` inside `method` of `class`, from `javap -c`.
+pub fn call_site_bci(class: &str, method: &str, callee: &str) -> i32 {
+    let out = Command::new(java_home().join("bin/javap"))
+        .args(["-c", "-p", "-cp"])
+        .arg(bench_classes())
+        .arg(class)
+        .output()
+        .expect("javap");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut in_method = false;
+    for line in text.lines() {
+        if line.starts_with("  ") && !line.starts_with("   ") {
+            in_method = line.contains(&format!(" {method}("));
+        } else if in_method
+            && line.contains("invoke")
+            && (line.contains(&format!("Method {callee}:"))
+                || line.contains(&format!(".{callee}:")))
+        {
+            let bci = line.trim().split(':').next().unwrap();
+            return bci.trim().parse().unwrap();
+        }
+    }
+    panic!("no call to {callee} in {class}.{method}:\n{text}");
+}

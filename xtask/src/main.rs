@@ -1,0 +1,55 @@
+//! Workspace automation for jvmperf: `cargo xtask <command>`.
+//!
+//! Each command lives in its own module; `main` only dispatches. To add a command, add a module,
+//! an entry in [`COMMANDS`] and a match arm in [`run`].
+
+mod bench_apps;
+mod jdk;
+mod many_methods_gen;
+mod paths;
+
+use anyhow::{bail, Result};
+
+/// (name, one-line summary) of every command, for the usage text.
+const COMMANDS: &[(&str, &str)] = &[
+    (
+        "bench-apps",
+        "compile the Java bench apps (bench-apps/src) and the generated ManyMethods classes",
+    ),
+    ("help", "print this message"),
+];
+
+fn usage() -> String {
+    let mut s = String::from("usage: cargo xtask <command> [options]\n\ncommands:\n");
+    for (name, summary) in COMMANDS {
+        s.push_str(&format!("  {name:<12} {summary}\n"));
+    }
+    s.push_str("\nrun `cargo xtask <command> --help` for a command's options\n");
+    s
+}
+
+fn run(args: &[String]) -> Result<()> {
+    let Some((cmd, rest)) = args.split_first() else {
+        eprint!("{}", usage());
+        bail!("no command given");
+    };
+    match cmd.as_str() {
+        "bench-apps" => bench_apps::main(rest),
+        "help" | "-h" | "--help" => {
+            print!("{}", usage());
+            Ok(())
+        }
+        other => {
+            eprint!("{}", usage());
+            bail!("unknown command `{other}`");
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Err(e) = run(&args) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
