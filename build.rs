@@ -38,7 +38,7 @@ fn main() {
     );
 
     let so = out_dir.join("libjvmperf-shim.so");
-    let compiler = cc::Build::new().cargo_metadata(false).get_compiler();
+    let compiler = cc::Build::new().get_compiler();
     let mut cmd = compiler.to_command();
     cmd.args([
         "-std=gnu11",

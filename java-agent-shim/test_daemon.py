@@ -130,23 +130,26 @@ def main():
     while True:
         if deadline and time.monotonic() > deadline:
             break
-        if replay_done and args.junk and not samples.get("junk_sent"):
-            samples["junk_sent"] = args.junk
-            if args.junk == "ok":
-                conn.sendall(frame(4242, b"\xab" * (1 << 20)) + frame(7, b"") +
-                             frame(100, struct.pack("<I", 70000) + b"\0" * 8 * 70000) +
-                             frame(100, struct.pack("<I", 1) + struct.pack("<Q", 0x1234) + b"extra"))
-            elif args.junk == "truncated":
-                conn.sendall(frame(100, struct.pack("<I", 10) + b"\0" * 8))
-            else:
-                conn.sendall(struct.pack("<IHHQ", 8, 100, 0, 0))
-        if replay_done and args.retransform and not sent_rt:
-            ids = [m["id"] for m in methods.values() if args.retransform in m["cls"] + "." + m["name"]]
-            if args.bad_retransform:
-                ids += [0xdeadbeef, 8]
-            conn.sendall(frame(100, struct.pack("<I", len(ids)) + b"".join(struct.pack("<Q", i) for i in ids)))
-            samples["retransform_sent"] = len(ids)
-            sent_rt = True
+        try:
+            if replay_done and args.junk and not samples.get("junk_sent"):
+                samples["junk_sent"] = args.junk
+                if args.junk == "ok":
+                    conn.sendall(frame(4242, b"\xab" * (1 << 20)) + frame(7, b"") +
+                                 frame(100, struct.pack("<I", 70000) + b"\0" * 8 * 70000) +
+                                 frame(100, struct.pack("<I", 1) + struct.pack("<Q", 0x1234) + b"extra"))
+                elif args.junk == "truncated":
+                    conn.sendall(frame(100, struct.pack("<I", 10) + b"\0" * 8))
+                else:
+                    conn.sendall(struct.pack("<IHHQ", 8, 100, 0, 0))
+            if replay_done and args.retransform and not sent_rt:
+                ids = [m["id"] for m in methods.values() if args.retransform in m["cls"] + "." + m["name"]]
+                if args.bad_retransform:
+                    ids += [0xdeadbeef, 8]
+                sent_rt = True
+                samples["retransform_sent"] = len(ids)
+                conn.sendall(frame(100, struct.pack("<I", len(ids)) + b"".join(struct.pack("<Q", i) for i in ids)))
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the shim closed the connection; recv below sees it
         if replay_done and args.stall and not stalled:
             stalled = True
             time.sleep(args.stall)
@@ -155,6 +158,8 @@ def main():
             chunk = conn.recv(1 << 20)
         except socket.timeout:
             continue
+        except ConnectionResetError:
+            chunk = b""
         if not chunk:
             print("shim closed the connection", file=sys.stderr)
             samples["closed_by_shim"] = True

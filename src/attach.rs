@@ -219,7 +219,7 @@ pub fn execute(sock: &Path, cmd: &str, args: &[&str]) -> Result<(i32, String)> {
     for part in ["1", cmd]
         .iter()
         .chain(args.iter())
-        .chain(std::iter::repeat(&"").take(3 - args.len()))
+        .chain(std::iter::repeat_n(&"", 3 - args.len()))
     {
         request.extend_from_slice(part.as_bytes());
         request.push(0);

@@ -7,7 +7,7 @@
 //! recording (or after a short delay), so load records delivered late still resolve earlier samples.
 
 use crate::shim::protocol::{MethodInfo, NmethodLoad, PcInfo};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 pub type MethodId = u64;
 
@@ -55,13 +55,18 @@ impl CodeEntry {
     }
 }
 
+/// Entries are indexed by the 4 KiB buckets their range touches, so finding what covers an address
+/// costs a hash lookup plus the few entries (old and new) that ever lived in that bucket.
+const BUCKET_SHIFT: u32 = 12;
+
 #[derive(Debug, Default)]
 pub struct CodeMap {
     methods: HashMap<MethodId, MethodInfo>,
     entries: Vec<CodeEntry>,
-    /// Entry indices by start address, in arrival order.
-    by_start: BTreeMap<u64, Vec<usize>>,
-    longest: u64,
+    /// Entry indices by the buckets they touch, in arrival order.
+    buckets: HashMap<u64, Vec<usize>>,
+    /// Entry indices by start address, for unload records.
+    by_start: HashMap<u64, Vec<usize>>,
 }
 
 impl CodeMap {
@@ -117,22 +122,19 @@ impl CodeMap {
             return;
         }
         // The same code reported twice (replay racing a live event): keep the first report.
-        let same_code = |e: &CodeEntry| {
+        let overlapping = self.overlapping(entry.start, entry.end);
+        if overlapping.iter().any(|&i| {
+            let e = &self.entries[i];
             e.start == entry.start
                 && e.end == entry.end
                 && e.unload_time.is_none()
                 && e.kind == entry.kind
-        };
-        if self
-            .overlapping(entry.start, entry.end)
-            .any(|i| same_code(&self.entries[i]))
-        {
+        }) {
             return;
         }
         // Anything still open over this range without an unload was freed before this load: close it.
         // An entry that loaded later than this one (out-of-order delivery) closes this one instead.
         let mut own_end: Option<u64> = None;
-        let overlapping: Vec<usize> = self.overlapping(entry.start, entry.end).collect();
         for i in overlapping {
             let other = &mut self.entries[i];
             if other.load_time <= entry.load_time {
@@ -144,7 +146,9 @@ impl CodeMap {
             }
         }
         let idx = self.entries.len();
-        self.longest = self.longest.max(entry.end - entry.start);
+        for bucket in (entry.start >> BUCKET_SHIFT)..=((entry.end - 1) >> BUCKET_SHIFT) {
+            self.buckets.entry(bucket).or_default().push(idx);
+        }
         self.by_start.entry(entry.start).or_default().push(idx);
         self.entries.push(CodeEntry {
             unload_time: entry.unload_time.or(own_end),
@@ -166,26 +170,39 @@ impl CodeMap {
         }
     }
 
-    /// Indices of entries whose range intersects `[start, end)`.
-    fn overlapping(&self, start: u64, end: u64) -> impl Iterator<Item = usize> + '_ {
-        self.by_start
-            .range(start.saturating_sub(self.longest)..end)
-            .flat_map(|(_, v)| v.iter().copied())
-            .filter(move |&i| self.entries[i].end > start)
+    /// Indices of entries whose range intersects `[start, end)`, each once.
+    fn overlapping(&self, start: u64, end: u64) -> Vec<usize> {
+        let mut out: Vec<usize> = ((start >> BUCKET_SHIFT)..=((end - 1) >> BUCKET_SHIFT))
+            .filter_map(|b| self.buckets.get(&b))
+            .flatten()
+            .copied()
+            .filter(|&i| self.entries[i].start < end && self.entries[i].end > start)
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Entries covering `addr`.
+    fn covering(&self, addr: u64) -> impl Iterator<Item = &CodeEntry> + '_ {
+        self.buckets
+            .get(&(addr >> BUCKET_SHIFT))
+            .into_iter()
+            .flatten()
+            .map(|&i| &self.entries[i])
+            .filter(move |e| e.start <= addr && addr < e.end)
     }
 
     /// The code that owned `addr` at `time`.
     pub fn lookup(&self, addr: u64, time: u64) -> Option<&CodeEntry> {
-        self.overlapping(addr, addr.saturating_add(1))
-            .map(|i| &self.entries[i])
+        self.covering(addr)
             .filter(|e| e.valid_until() > time)
             .min_by_key(|e| (e.valid_until(), std::cmp::Reverse(e.load_time)))
     }
 
     /// The code at `addr` right now (the newest entry still open).
     pub fn lookup_latest(&self, addr: u64) -> Option<&CodeEntry> {
-        self.overlapping(addr, addr.saturating_add(1))
-            .map(|i| &self.entries[i])
+        self.covering(addr)
             .filter(|e| e.unload_time.is_none())
             .max_by_key(|e| e.load_time)
     }

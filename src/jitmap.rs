@@ -21,12 +21,20 @@ pub struct JitmapOptions {
 
 pub fn run(opts: &JitmapOptions) -> Result<()> {
     let mut live = LiveJvm::attach(opts.pid)?;
-    let mut notes = vec![format!(
-        "code map complete {:.3} s after start ({} nmethods, {} code blobs replayed)",
-        live.time_to_code_map.as_secs_f64(),
-        live.state.replay_done.map_or(0, |r| r.0),
-        live.state.replay_done.map_or(0, |r| r.1),
-    )];
+    let (nmethods, blobs, _) = live.state.replay_done.unwrap_or_default();
+    let replay = live.time_to_code_map.saturating_sub(live.time_to_hello);
+    let mut notes = vec![
+        format!(
+            "code map complete {:.3} s after start (shim connected after {:.3} s)",
+            live.time_to_code_map.as_secs_f64(),
+            live.time_to_hello.as_secs_f64()
+        ),
+        format!(
+            "replayed {nmethods} nmethods and {blobs} code blobs in {:.3} s ({:.0} nmethods/s)",
+            replay.as_secs_f64(),
+            nmethods as f64 / replay.as_secs_f64().max(1e-6)
+        ),
+    ];
     if opts.precise_inlining {
         notes.push(force_precise_inlining(&mut live, opts.settle)?);
     } else {

@@ -7,6 +7,8 @@ pub mod hotspot;
 pub mod java_names;
 pub mod jitmap;
 pub mod live_jvm;
+pub mod native;
+pub mod sampler;
 pub mod shim;
 pub mod shim_lib;
 pub mod target;

@@ -292,7 +292,7 @@ static void q_push(const struct buf *b) {
 
 /* ---- socket (shim thread) ------------------------------------------------------------------------------ */
 
-static int send_all(const void *data, size_t n) {
+static int sock_write_all(const void *data, size_t n) {
     const uint8_t *p = data;
     while (n) {
         ssize_t w = send(g_fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -311,6 +311,28 @@ static int send_all(const void *data, size_t n) {
             return -1;
         }
     }
+    return 0;
+}
+
+/* Socket writes (all on the shim thread) are combined in one buffer: the replay produces tens of
+ * thousands of small records, and a syscall per record would dominate its cost. */
+#define OUT_CAP (256u << 10)
+static uint8_t g_out[OUT_CAP];
+static size_t g_out_len;
+
+static int flush_out(void) {
+    int rc = g_out_len ? sock_write_all(g_out, g_out_len) : 0;
+    g_out_len = 0;
+    return rc;
+}
+
+static int send_all(const void *data, size_t n) {
+    if (g_out_len + n > OUT_CAP && flush_out() < 0)
+        return -1;
+    if (n > OUT_CAP)
+        return sock_write_all(data, n);
+    memcpy(g_out + g_out_len, data, n);
+    g_out_len += n;
     return 0;
 }
 
@@ -420,11 +442,130 @@ static jint pc_frames(const PCStackInfo *pc) {
 
 #define MAX_INLINE_RECS 8
 
+struct inline_info {
+    const jvmtiCompiledMethodLoadInlineRecord *recs[MAX_INLINE_RECS];
+    size_t n_recs;
+    uint64_t n_pcs, n_frames;
+};
+
+/* HotSpot passes one INLINE_INFO record; other VMs/forks may chain more kinds, so walk the list. */
+static void collect_inline(const void *compile_info, struct inline_info *ii) {
+    memset(ii, 0, sizeof *ii);
+    const jvmtiCompiledMethodLoadRecordHeader *h = compile_info;
+    for (int hops = 0; h && hops < 64; h = h->next, hops++) {
+        if (h->kind != JVMTI_CMLR_INLINE_INFO || ii->n_recs == MAX_INLINE_RECS)
+            continue;
+        const jvmtiCompiledMethodLoadInlineRecord *r = (const jvmtiCompiledMethodLoadInlineRecord *)h;
+        if (r->numpcs <= 0 || !r->pcinfo)
+            continue;
+        ii->recs[ii->n_recs++] = r;
+        ii->n_pcs += (uint64_t)r->numpcs;
+        for (jint i = 0; i < r->numpcs; i++)
+            ii->n_frames += (uint64_t)pc_frames(&r->pcinfo[i]);
+    }
+}
+
+static void encode_nmethod(struct buf *b, jmethodID method, jint code_size, const void *code_addr, int replayed,
+                           const struct inline_info *ii) {
+    size_t off = frame_begin(b, K_NMETHOD_LOAD);
+    put_u64(b, (uintptr_t)method);
+    put_u64(b, (uintptr_t)code_addr);
+    put_u32(b, code_size);
+    put_u8(b, replayed);
+    put_u8(b, 0);
+    put_u16(b, 0);
+    put_u32(b, ii->n_pcs);
+    for (size_t r = 0; r < ii->n_recs; r++) {
+        for (jint i = 0; i < ii->recs[r]->numpcs; i++) {
+            const PCStackInfo *pc = &ii->recs[r]->pcinfo[i];
+            jint nf = pc_frames(pc);
+            put_u64(b, (uintptr_t)pc->pc);
+            put_u32(b, nf);
+            for (jint f = 0; f < nf; f++) {
+                put_u64(b, (uintptr_t)pc->methods[f]);
+                put_u32(b, pc->bcis[f]);
+            }
+        }
+    }
+    frame_end(b, off);
+}
+
+/* The distinct method ids (root + inlined) into ids[0 .. n_frames]; returns how many. */
+static size_t referenced_ids(jmethodID root, const struct inline_info *ii, uint64_t *ids) {
+    size_t n = 0;
+    ids[n++] = (uintptr_t)root;
+    for (size_t r = 0; r < ii->n_recs; r++) {
+        for (jint i = 0; i < ii->recs[r]->numpcs; i++) {
+            const PCStackInfo *pc = &ii->recs[r]->pcinfo[i];
+            for (jint f = 0; f < pc_frames(pc); f++)
+                if (pc->methods[f])
+                    ids[n++] = (uintptr_t)pc->methods[f];
+        }
+    }
+    return sort_unique(ids, n);
+}
+
 struct method_rec {
     uint64_t id;
-    size_t off, len;
+    size_t off, len; /* its METHOD frame in the batch buffer */
     int include;
 };
+
+enum { COMMIT_DONE, COMMIT_RETRY };
+
+/* Sends or enqueues the METHODs (bm, ms) that are still unsent on connection `gen`, then the NMETHOD_LOAD
+ * (bn), as one unit. Returns COMMIT_RETRY when the connection changed since `gen` was read. */
+static int commit_nmethod(const struct buf *bm, struct method_rec *ms, size_t n_ms, const struct buf *bn,
+                          uint64_t gen, int replayed) {
+    uint64_t total = bn->len, n_rec = 1;
+    pthread_mutex_lock(&g_q);
+    if (!Q.ring || Q.gen != gen) {
+        int retry = Q.ring != NULL;
+        pthread_mutex_unlock(&g_q);
+        return retry ? COMMIT_RETRY : COMMIT_DONE;
+    }
+    /* Another thread may have sent some of these METHODs meanwhile. */
+    for (size_t i = 0; i < n_ms; i++) {
+        ms[i].include = !set_has(ms[i].id);
+        if (ms[i].include) {
+            total += ms[i].len;
+            n_rec++;
+        }
+    }
+    if (set_reserve(n_rec) != 0 || (!replayed && QUEUE_CAP - (Q.head - Q.tail) < total)) {
+        Q.drop_records += n_rec;
+        Q.drop_bytes += total;
+        pthread_mutex_unlock(&g_q);
+        return COMMIT_DONE;
+    }
+    for (size_t i = 0; i < n_ms; i++) {
+        if (!ms[i].include)
+            continue;
+        set_add(ms[i].id);
+        if (!replayed)
+            ring_copy_in(bm->p + ms[i].off, ms[i].len);
+    }
+    if (!replayed)
+        ring_copy_in(bn->p, bn->len);
+    uint64_t limit = Q.head;
+    pthread_mutex_unlock(&g_q);
+    if (!replayed)
+        return COMMIT_DONE;
+
+    /* Replay, on the shim thread: flush what was queued before our ids went into the set (it may hold
+     * METHODs we now rely on), but not what was queued after (it may rely on the METHODs we write now). */
+    int err = drain(limit) < 0;
+    for (size_t i = 0; i < n_ms && !err; i++)
+        if (ms[i].include)
+            err = send_all(bm->p + ms[i].off, ms[i].len) < 0;
+    if (!err)
+        err = send_all(bn->p, bn->len) < 0;
+    if (err)
+        g_replay_failed = 1;
+    else
+        g_replay_nmethods++;
+    return COMMIT_DONE;
+}
 
 static void JNICALL on_compiled_method_load(jvmtiEnv *jvmti, jmethodID method, jint code_size,
                                             const void *code_addr, jint map_length,
@@ -436,69 +577,26 @@ static void JNICALL on_compiled_method_load(jvmtiEnv *jvmti, jmethodID method, j
     if (replayed && g_replay_failed)
         return;
 
-    /* HotSpot passes one INLINE_INFO record; other VMs/forks may chain more kinds, so walk the list. */
-    const jvmtiCompiledMethodLoadInlineRecord *recs[MAX_INLINE_RECS];
-    size_t n_recs = 0;
-    uint64_t n_pcs = 0, n_frames = 0;
-    const jvmtiCompiledMethodLoadRecordHeader *h = compile_info;
-    for (int hops = 0; h && hops < 64; h = h->next, hops++) {
-        if (h->kind != JVMTI_CMLR_INLINE_INFO || n_recs == MAX_INLINE_RECS)
-            continue;
-        const jvmtiCompiledMethodLoadInlineRecord *r = (const jvmtiCompiledMethodLoadInlineRecord *)h;
-        if (r->numpcs <= 0 || !r->pcinfo)
-            continue;
-        recs[n_recs++] = r;
-        n_pcs += (uint64_t)r->numpcs;
-        for (jint i = 0; i < r->numpcs; i++)
-            n_frames += (uint64_t)pc_frames(&r->pcinfo[i]);
-    }
-    uint64_t frame_len = MIN_FRAME_LEN + 28 + n_pcs * 12 + n_frames * 12;
+    struct inline_info ii;
+    collect_inline(compile_info, &ii);
+    uint64_t frame_len = MIN_FRAME_LEN + 28 + ii.n_pcs * 12 + ii.n_frames * 12;
     if (frame_len > MAX_FRAME_LEN) {
         count_drop(1, frame_len + 4);
         return;
     }
 
     struct buf bn = {0}, bm = {0};
-    uint64_t *ids = NULL;
     struct method_rec *ms = NULL;
+    uint64_t *ids = malloc((size_t)(ii.n_frames + 1) * sizeof *ids);
+    size_t n_ids = ids ? referenced_ids(method, &ii, ids) : 0;
+    if (ids)
+        ms = malloc(n_ids * sizeof *ms);
     JNIEnv *jni = jni_env();
-
-    size_t off = frame_begin(&bn, K_NMETHOD_LOAD);
-    put_u64(&bn, (uintptr_t)method);
-    put_u64(&bn, (uintptr_t)code_addr);
-    put_u32(&bn, code_size);
-    put_u8(&bn, replayed);
-    put_u8(&bn, 0);
-    put_u16(&bn, 0);
-    put_u32(&bn, n_pcs);
-    for (size_t r = 0; r < n_recs; r++) {
-        for (jint i = 0; i < recs[r]->numpcs; i++) {
-            const PCStackInfo *pc = &recs[r]->pcinfo[i];
-            jint nf = pc_frames(pc);
-            put_u64(&bn, (uintptr_t)pc->pc);
-            put_u32(&bn, nf);
-            for (jint f = 0; f < nf; f++) {
-                put_u64(&bn, (uintptr_t)pc->methods[f]);
-                put_u32(&bn, pc->bcis[f]);
-            }
-        }
+    encode_nmethod(&bn, method, code_size, code_addr, replayed, &ii);
+    if (!ids || !ms || bn.bad) {
+        count_drop(1, frame_len + 4);
+        goto out;
     }
-    frame_end(&bn, off);
-
-    size_t n_ids = 0;
-    ids = malloc((size_t)(n_frames + 1) * sizeof *ids);
-    if (!ids || bn.bad)
-        goto oom;
-    ids[n_ids++] = (uintptr_t)method;
-    for (size_t r = 0; r < n_recs; r++)
-        for (jint i = 0; i < recs[r]->numpcs; i++)
-            for (jint f = 0; f < pc_frames(&recs[r]->pcinfo[i]); f++)
-                if (recs[r]->pcinfo[i].methods[f])
-                    ids[n_ids++] = (uintptr_t)recs[r]->pcinfo[i].methods[f];
-    n_ids = sort_unique(ids, n_ids);
-    ms = malloc(n_ids * sizeof *ms);
-    if (!ms)
-        goto oom;
 
     /* A reconnect between choosing which METHODs to send and enqueueing them invalidates the choice:
      * start over (live events only; the replay runs on the thread that reconnects). */
@@ -507,13 +605,12 @@ static void JNICALL on_compiled_method_load(jvmtiEnv *jvmti, jmethodID method, j
         pthread_mutex_lock(&g_q);
         uint64_t gen = Q.gen;
         int up = Q.ring != NULL;
-        if (up)
-            for (size_t i = 0; i < n_ids; i++)
-                if (!set_has(ids[i]))
-                    ms[n_ms++].id = ids[i];
+        for (size_t i = 0; up && i < n_ids; i++)
+            if (!set_has(ids[i]))
+                ms[n_ms++].id = ids[i];
         pthread_mutex_unlock(&g_q);
         if (!up)
-            goto out;
+            break;
 
         bm.len = 0;
         for (size_t i = 0; i < n_ms; i++) {
@@ -521,62 +618,14 @@ static void JNICALL on_compiled_method_load(jvmtiEnv *jvmti, jmethodID method, j
             encode_method(&bm, jni, (jmethodID)(uintptr_t)ms[i].id);
             ms[i].len = bm.len - ms[i].off;
         }
-        if (bm.bad)
-            goto oom;
-
-        uint64_t limit = 0, total = bn.len, n_rec = 1;
+        if (bm.bad) {
+            count_drop(1 + n_ms, bm.len + bn.len);
+            break;
+        }
         wr_le(bn.p + 8, now_ns(), 8); /* not older than the METHODs just encoded */
-        pthread_mutex_lock(&g_q);
-        if (!Q.ring || Q.gen != gen) {
-            pthread_mutex_unlock(&g_q);
-            continue;
-        }
-        /* Another thread may have sent some of these METHODs meanwhile. */
-        for (size_t i = 0; i < n_ms; i++) {
-            ms[i].include = !set_has(ms[i].id);
-            if (ms[i].include) {
-                total += ms[i].len;
-                n_rec++;
-            }
-        }
-        int fits = set_reserve(n_rec) == 0 && (replayed || QUEUE_CAP - (Q.head - Q.tail) >= total);
-        if (!fits) {
-            Q.drop_records += n_rec;
-            Q.drop_bytes += total;
-            pthread_mutex_unlock(&g_q);
-            goto out;
-        }
-        for (size_t i = 0; i < n_ms; i++) {
-            if (!ms[i].include)
-                continue;
-            set_add(ms[i].id);
-            if (!replayed)
-                ring_copy_in(bm.p + ms[i].off, ms[i].len);
-        }
-        if (!replayed)
-            ring_copy_in(bn.p, bn.len);
-        limit = Q.head;
-        pthread_mutex_unlock(&g_q);
-
-        if (replayed) {
-            /* Flush what was queued before our ids went into the set (it may hold METHODs we now rely on),
-             * but not what was queued after (it may rely on the METHODs we are about to write). */
-            int err = drain(limit) < 0;
-            for (size_t i = 0; i < n_ms && !err; i++)
-                if (ms[i].include)
-                    err = send_all(bm.p + ms[i].off, ms[i].len) < 0;
-            if (!err)
-                err = send_all(bn.p, bn.len) < 0;
-            if (err)
-                g_replay_failed = 1;
-            else
-                g_replay_nmethods++;
-        }
-        goto out;
+        if (commit_nmethod(&bm, ms, n_ms, &bn, gen, replayed) == COMMIT_DONE)
+            break;
     }
-    goto out;
-oom:
-    count_drop(1, bn.len);
 out:
     free(ms);
     free(ids);
@@ -981,7 +1030,7 @@ static void run_session(JNIEnv *jni, const char *path, uint32_t attach_count) {
     atomic_store(&g_active, 1);
 
     struct rx rx = {0};
-    if (send_hello(jni, attach_count) == 0) {
+    if (send_hello(jni, attach_count) == 0 && flush_out() == 0) {
         set_events(JVMTI_ENABLE);
         g_replay_thread = pthread_self();
         atomic_store(&g_replaying, 1);
@@ -991,7 +1040,7 @@ static void run_session(JNIEnv *jni, const char *path, uint32_t attach_count) {
         atomic_store(&g_replaying, 0);
 
         uint64_t last_records = 0, last_bytes = 0, last_time = 0;
-        int ok = !g_replay_failed && drain(UINT64_MAX) == 0 && send_replay_done() == 0;
+        int ok = !g_replay_failed && drain(UINT64_MAX) == 0 && send_replay_done() == 0 && flush_out() == 0;
         while (ok && !atomic_load(&g_pending)) {
             struct pollfd pfd = {.fd = fd, .events = POLLIN};
             int pr = poll(&pfd, 1, POLL_MS);
@@ -999,7 +1048,8 @@ static void run_session(JNIEnv *jni, const char *path, uint32_t attach_count) {
                 break;
             if (pr > 0 && rx_pump(jni, &rx) < 0)
                 break;
-            ok = drain(UINT64_MAX) == 0 && maybe_send_dropped(&last_records, &last_bytes, &last_time) == 0;
+            ok = drain(UINT64_MAX) == 0 && maybe_send_dropped(&last_records, &last_bytes, &last_time) == 0 &&
+                 flush_out() == 0;
         }
         set_events(JVMTI_DISABLE);
     }
@@ -1015,6 +1065,7 @@ static void run_session(JNIEnv *jni, const char *path, uint32_t attach_count) {
     free(ring);
     free(ids);
     free(rx.p);
+    g_out_len = 0;
     close(fd);
     g_fd = -1;
 }

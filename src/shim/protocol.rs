@@ -288,23 +288,17 @@ fn kind_name(kind: u16) -> &'static str {
     }
 }
 
-/// Split a byte stream into frame bodies. Returns the bodies found and how many bytes were consumed;
-/// a length outside `HEADER_LEN..=MAX_FRAME` is an error (the stream cannot be resynchronised).
-pub fn split_frames(buf: &[u8]) -> Result<(Vec<&[u8]>, usize), ProtocolError> {
-    let mut frames = Vec::new();
-    let mut at = 0;
-    while buf.len() - at >= 4 {
-        let len = u32::from_le_bytes(buf[at..at + 4].try_into().unwrap()) as usize;
-        if !(HEADER_LEN..=MAX_FRAME).contains(&len) {
-            return Err(ProtocolError(format!("frame length {len} out of range")));
-        }
-        if buf.len() - at - 4 < len {
-            break;
-        }
-        frames.push(&buf[at + 4..at + 4 + len]);
-        at += 4 + len;
+/// The first complete frame body in `buf`, if any. A length outside `HEADER_LEN..=MAX_FRAME` is an
+/// error: the stream cannot be resynchronised.
+pub fn first_frame(buf: &[u8]) -> Result<Option<&[u8]>, ProtocolError> {
+    let Some(len_bytes) = buf.get(..4) else {
+        return Ok(None);
+    };
+    let len = u32::from_le_bytes(len_bytes.try_into().unwrap()) as usize;
+    if !(HEADER_LEN..=MAX_FRAME).contains(&len) {
+        return Err(ProtocolError(format!("frame length {len} out of range")));
     }
-    Ok((frames, at))
+    Ok(buf.get(4..4 + len))
 }
 
 /// Encode a daemon → shim RETRANSFORM command.
@@ -352,9 +346,9 @@ mod tests {
         p.extend_from_slice(&7u64.to_le_bytes());
         p.extend_from_slice(&(-1i32).to_le_bytes());
         let frame = encode_frame(KIND_NMETHOD_LOAD, 55, &p);
-        let (bodies, used) = split_frames(&frame).unwrap();
-        assert_eq!(used, frame.len());
-        let f = decode_frame(bodies[0]).unwrap();
+        let body = first_frame(&frame).unwrap().unwrap();
+        assert_eq!(body.len() + 4, frame.len());
+        let f = decode_frame(body).unwrap();
         assert_eq!(f.time, 55);
         let Record::NmethodLoad(nm) = f.record else {
             panic!("{f:?}")
@@ -375,9 +369,9 @@ mod tests {
         p.extend_from_slice(&u32::MAX.to_le_bytes());
         let frame = encode_frame(KIND_METHOD, 1, &p);
         assert!(decode_frame(&frame[4..]).is_err());
-        assert!(split_frames(&[0xff, 0xff, 0xff, 0x7f, 0]).is_err());
+        assert!(first_frame(&[0xff, 0xff, 0xff, 0x7f, 0]).is_err());
         let partial = &encode_frame(KIND_THREAD_END, 1, &3u32.to_le_bytes())[..10];
-        assert_eq!(split_frames(partial).unwrap().1, 0);
+        assert_eq!(first_frame(partial).unwrap(), None);
         let unknown = encode_frame(999, 1, b"future");
         assert_eq!(
             decode_frame(&unknown[4..]).unwrap().record,

@@ -105,9 +105,9 @@ impl ShimSession {
     pub fn next(&mut self, timeout: Duration) -> Result<Option<Frame>> {
         let deadline = Instant::now() + timeout;
         loop {
-            let (bodies, used) = protocol::split_frames(&self.buf[self.pos..])
+            let body = protocol::first_frame(&self.buf[self.pos..])
                 .map_err(|e| Error::new(ErrorKind::Shim, e.to_string()))?;
-            if let Some(body) = bodies.first() {
+            if let Some(body) = body {
                 let body_len = body.len();
                 let mut frame = protocol::decode_frame(body)
                     .map_err(|e| Error::new(ErrorKind::Shim, e.to_string()))?;
@@ -115,7 +115,6 @@ impl ShimSession {
                 self.pos += 4 + body_len;
                 return Ok(Some(frame));
             }
-            debug_assert_eq!(used, 0);
             if self.pos > 0 {
                 self.buf.drain(..self.pos);
                 self.pos = 0;

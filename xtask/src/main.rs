@@ -4,6 +4,9 @@
 //! an entry in [`COMMANDS`] and a match arm in [`run`].
 
 mod bench_apps;
+mod bench_attach;
+mod bench_jvm;
+mod demo;
 mod jdk;
 mod many_methods_gen;
 mod paths;
@@ -15,6 +18,14 @@ const COMMANDS: &[(&str, &str)] = &[
     (
         "bench-apps",
         "compile the Java bench apps (bench-apps/src) and the generated ManyMethods classes",
+    ),
+    (
+        "bench",
+        "benchmarks: `bench attach` (time to a complete code map, replay rate)",
+    ),
+    (
+        "demo",
+        "start a bundled bench app and run jvmperf against it",
     ),
     ("help", "print this message"),
 ];
@@ -35,6 +46,11 @@ fn run(args: &[String]) -> Result<()> {
     };
     match cmd.as_str() {
         "bench-apps" => bench_apps::main(rest),
+        "bench" => match rest.split_first() {
+            Some((name, args)) if name == "attach" => bench_attach::main(args),
+            _ => bail!("usage: cargo xtask bench attach"),
+        },
+        "demo" => demo::main(rest),
         "help" | "-h" | "--help" => {
             print!("{}", usage());
             Ok(())

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what jvmperf needs to build, record and run its tests on Debian/Ubuntu:
+# a JDK 17 (the shim builds against its jvmti.h; tests run JVMs), a C compiler, and Linux perf tools.
+# Safe to run again: it installs only what is missing. Needs root (or sudo) when something is missing.
+set -euo pipefail
+
+packages=(openjdk-17-jdk-headless gcc libc6-dev)
+# Debug info for libjvm gives native HotSpot frames their names; it must match the JDK's exact version.
+optional=(openjdk-17-dbg linux-perf)
+
+missing=()
+for p in "${packages[@]}" "${optional[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  # One transaction, so the JDK and its debug info end up at the same version.
+  if ! $sudo apt-get install -y -qq --no-install-recommends "${packages[@]}" "${optional[@]}"; then
+    echo "setup: some optional packages (${optional[*]}) are unavailable; installing without them" >&2
+    $sudo apt-get install -y -qq --no-install-recommends "${packages[@]}"
+  fi
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo not found: install Rust (https://rustup.rs) and run this again" >&2
+  exit 1
+fi

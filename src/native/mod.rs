@@ -1,0 +1,27 @@
+//! Native (non-Java) frames: the target's loaded ELF modules, one-frame-at-a-time unwinding with
+//! framehop, symbolization with addr2line (own DWARF, separate debug files, symbol tables), and
+//! kernel symbols from `/proc/kallsyms`.
+
+mod debuginfo;
+mod kernel;
+mod modules;
+mod symbols;
+mod unwind;
+
+pub use kernel::{KernelSymbol, KernelSymbols};
+pub use modules::{Module, ModuleChanges, ModuleRef, Modules};
+pub use symbols::{NativeFrame, NativeSymbolizer};
+pub use unwind::{NativeRegs, NativeUnwinder, StepOutcome};
+
+#[cfg(test)]
+mod testutil;
+
+// The profiler may unwind and symbolize on worker threads.
+const _: () = {
+    const fn send<T: Send>() {}
+    const fn sync<T: Sync>() {}
+    send::<NativeUnwinder>();
+    sync::<NativeUnwinder>();
+    send::<NativeSymbolizer>();
+    sync::<KernelSymbols>();
+};

@@ -1,0 +1,192 @@
+use super::*;
+use crate::native::testutil::{capture_here, capture_thread, Captured, SleepingJvm};
+use crate::native::NativeSymbolizer;
+use std::time::Instant;
+
+const DEPTH: u32 = 20;
+
+#[inline(never)]
+fn recurse(n: u32) -> Captured {
+    let captured = if n == 0 {
+        capture_here()
+    } else {
+        recurse(n - 1)
+    };
+    // Keeps the recursive call out of tail position.
+    std::hint::black_box(captured)
+}
+
+/// Every frame's pc (and whether it is a return address), and how the walk ended.
+fn unwind(unwinder: &mut NativeUnwinder, c: &Captured) -> (Vec<(u64, bool)>, StepOutcome) {
+    let mut regs = c.regs;
+    let mut frames = vec![(regs.pc, false)];
+    loop {
+        let first = frames.len() == 1;
+        match unwinder.step(regs, first, &mut |addr| c.read(addr)) {
+            StepOutcome::Caller(caller) => {
+                regs = caller;
+                frames.push((regs.pc, true));
+            }
+            end => return (frames, end),
+        }
+        assert!(frames.len() < 1000, "runaway unwind");
+    }
+}
+
+fn names(unwinder: &mut NativeUnwinder, frames: &[(u64, bool)]) -> Vec<String> {
+    let mut symbolizer = NativeSymbolizer::new();
+    frames
+        .iter()
+        .flat_map(|&(pc, is_return)| {
+            let m = unwinder.module_for(pc).expect("every frame is in a module");
+            symbolizer.symbolize(&m, pc, is_return)
+        })
+        .map(|f| f.function)
+        .collect()
+}
+
+#[test]
+fn unwinds_own_recursion_to_the_thread_root() {
+    let captured = recurse(DEPTH);
+    let me = TargetProcess::open(std::process::id()).unwrap();
+    let mut unwinder = NativeUnwinder::new(&me).unwrap();
+    let (frames, end) = unwind(&mut unwinder, &captured);
+    let names = names(&mut unwinder, &frames);
+    assert_eq!(end, StepOutcome::Root, "{names:#?}");
+    assert!(names[0].ends_with("testutil::capture_here"), "{names:#?}");
+    let recursion = names
+        .iter()
+        .filter(|n| n.ends_with("tests::recurse"))
+        .count();
+    assert_eq!(recursion, DEPTH as usize + 1, "{names:#?}");
+    assert!(
+        names
+            .iter()
+            .any(|n| n.ends_with("unwinds_own_recursion_to_the_thread_root")),
+        "{names:#?}"
+    );
+    assert!(
+        names.iter().any(|n| n.contains("start_thread")),
+        "{names:#?}"
+    );
+
+    // Warm steps: the rule cache is filled by the walk above.
+    let rounds = 2000;
+    let t = Instant::now();
+    for _ in 0..rounds {
+        let (again, _) = unwind(&mut unwinder, &captured);
+        assert_eq!(again.len(), frames.len());
+    }
+    let per_step = t.elapsed().as_nanos() as f64 / (rounds * frames.len()) as f64;
+    eprintln!(
+        "warm step: {per_step:.0} ns ({} frames, {} modules)",
+        frames.len(),
+        unwinder.modules().all().len()
+    );
+}
+
+#[test]
+fn jit_addresses_are_not_in_a_module() {
+    let me = TargetProcess::open(std::process::id()).unwrap();
+    let mut unwinder = NativeUnwinder::new(&me).unwrap();
+    let heap = Box::new([0u64; 4]);
+    let regs = NativeRegs {
+        pc: heap.as_ptr() as u64,
+        sp: 0,
+        bp: 0,
+    };
+    assert_eq!(
+        unwinder.step(regs, true, &mut |_| Err(())),
+        StepOutcome::NoModule
+    );
+}
+
+#[test]
+fn unwinds_a_jvm_thread_through_libjvm_to_its_root() {
+    let Some(jvm) = SleepingJvm::start() else {
+        return;
+    };
+    let captured = capture_thread(jvm.pid(), jvm.thread("VM Thread"));
+    let target = TargetProcess::open(jvm.pid()).unwrap();
+    let t = Instant::now();
+    let mut unwinder = NativeUnwinder::new(&target).unwrap();
+    eprintln!(
+        "NativeUnwinder::new for a JVM: {:?} ({} modules)",
+        t.elapsed(),
+        unwinder.modules().all().len()
+    );
+    let (frames, end) = unwind(&mut unwinder, &captured);
+    let t = Instant::now();
+    let names = names(&mut unwinder, &frames);
+    eprintln!(
+        "symbolized {} JVM frames in {:?}: {names:#?}",
+        frames.len(),
+        t.elapsed()
+    );
+    assert_eq!(end, StepOutcome::Root, "{names:#?}");
+    for expected in ["VMThread::run", "Thread::call_run", "start_thread"] {
+        assert!(
+            names.iter().any(|n| n.contains(expected)),
+            "{expected} missing: {names:#?}"
+        );
+    }
+    let libjvm_frames = frames
+        .iter()
+        .filter(|&&(pc, _)| unwinder.module_for(pc).unwrap().name == "libjvm.so")
+        .count();
+    assert!(libjvm_frames >= 3, "{names:#?}");
+
+    let rounds = 5000;
+    let t = Instant::now();
+    for _ in 0..rounds {
+        unwind(&mut unwinder, &captured);
+    }
+    let per_step = t.elapsed().as_nanos() as f64 / (rounds * frames.len()) as f64;
+    eprintln!("warm step in libjvm/libc: {per_step:.0} ns");
+}
+
+#[test]
+fn library_loaded_later_and_deleted_is_found_and_symbolized() {
+    let dir = std::env::temp_dir().join(format!("jvmperf-dlopen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (source, lib) = (dir.join("probe.c"), dir.join("libprobe.so"));
+    std::fs::write(
+        &source,
+        "int jvmperf_probe(int x) {\n  return x * 3 + 1;\n}\n",
+    )
+    .unwrap();
+    let built = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-g", "-O1", "-o"])
+        .args([&lib, &source])
+        .status();
+    if !built.is_ok_and(|s| s.success()) {
+        eprintln!("skipping: no C compiler (apt-get install gcc)");
+        return;
+    }
+    let me = TargetProcess::open(std::process::id()).unwrap();
+    let mut unwinder = NativeUnwinder::new(&me).unwrap();
+
+    let c_path = std::ffi::CString::new(lib.to_str().unwrap()).unwrap();
+    // SAFETY: loading a library we just built, whose only code is a pure function.
+    let (handle, probe) = unsafe {
+        let handle = libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW);
+        assert!(!handle.is_null());
+        (
+            handle,
+            libc::dlsym(handle, c"jvmperf_probe".as_ptr()) as u64,
+        )
+    };
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300)); // past the rescan rate limit
+
+    let module = unwinder.module_for(probe).expect("rescanned after dlopen");
+    assert_eq!(module.name, "libprobe.so");
+    let opened = module.opened_from.as_ref().unwrap().to_str().unwrap();
+    assert!(opened.contains("/map_files/"), "deleted file: {opened}");
+    let frames = NativeSymbolizer::new().symbolize(&module, probe, false);
+    assert_eq!(frames[0].function, "jvmperf_probe", "{frames:#?}");
+    assert!(frames[0].file.as_deref().unwrap().ends_with("probe.c"));
+    assert!(matches!(frames[0].line, Some(1 | 2)), "{frames:#?}");
+    // SAFETY: nothing from the library is used after this.
+    unsafe { libc::dlclose(handle) };
+}

@@ -1,0 +1,214 @@
+//! The perf event we open on each thread, the `perf_event_open` call, and what its errors mean.
+
+use super::SamplerConfig;
+use crate::error::{Error, ErrorKind};
+use perf_event_open_sys::bindings as sys;
+use perf_event_open_sys::{ioctls, perf_event_open};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// AX BX CX DX SI DI BP SP IP (bits 0–8) and R8–R15 (bits 16–23). FLAGS/CS/SS are not needed
+/// for unwinding, and DS/ES/FS/GS (12–15) make x86_64 kernels fail with EINVAL.
+pub(super) const REGS_MASK: u64 = 0x1ff | (0xff << 16);
+
+pub(super) fn sample_type(config: &SamplerConfig) -> u64 {
+    let mut t = sys::PERF_SAMPLE_TID
+        | sys::PERF_SAMPLE_TIME
+        | sys::PERF_SAMPLE_REGS_USER
+        | sys::PERF_SAMPLE_STACK_USER;
+    if config.kernel_callchain {
+        t |= sys::PERF_SAMPLE_CALLCHAIN;
+    }
+    u64::from(t)
+}
+
+/// Attributes for a per-thread CPU-clock sampling event, created disabled.
+/// `wakeup_bytes` is the fill level at which epoll reports the buffer readable.
+pub(super) fn event_attr(config: &SamplerConfig, wakeup_bytes: u32) -> sys::perf_event_attr {
+    let mut attr = sys::perf_event_attr {
+        type_: sys::PERF_TYPE_SOFTWARE,
+        size: std::mem::size_of::<sys::perf_event_attr>() as u32,
+        config: u64::from(sys::PERF_COUNT_SW_CPU_CLOCK),
+        sample_type: sample_type(config),
+        sample_regs_user: REGS_MASK,
+        sample_stack_user: config.stack_size,
+        clockid: libc::CLOCK_MONOTONIC,
+        ..Default::default()
+    };
+    attr.sample_freq = config.frequency_hz;
+    attr.wakeup_watermark = wakeup_bytes;
+    attr.set_freq(1);
+    attr.set_watermark(1);
+    attr.set_disabled(1);
+    attr.set_use_clockid(1);
+    attr.set_sample_id_all(1);
+    attr.set_exclude_hv(1);
+    if config.kernel_callchain {
+        // The kernel's user callchain follows frame pointers, which JIT code does not keep.
+        attr.set_exclude_callchain_user(1);
+    } else {
+        attr.set_exclude_kernel(1);
+    }
+    attr
+}
+
+/// Opens the event on thread `tid` (any CPU). `Ok(None)`: the thread no longer exists.
+pub(super) fn open_thread(attr: &sys::perf_event_attr, tid: u32) -> io::Result<Option<OwnedFd>> {
+    let mut attr = *attr;
+    let pid = libc::pid_t::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH));
+    // SAFETY: `attr` is a fully initialised perf_event_attr that the kernel may write back to.
+    let fd = unsafe {
+        perf_event_open(
+            &mut attr,
+            pid?,
+            -1,
+            -1,
+            libc::c_ulong::from(sys::PERF_FLAG_FD_CLOEXEC),
+        )
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ESRCH) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    // SAFETY: the kernel just handed us this descriptor.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+pub(super) fn set_enabled(fd: &OwnedFd, enabled: bool) -> io::Result<()> {
+    // SAFETY: `fd` is a perf event descriptor; ENABLE/DISABLE take no pointer argument.
+    let rc = unsafe {
+        if enabled {
+            ioctls::ENABLE(fd.as_raw_fd(), 0)
+        } else {
+            ioctls::DISABLE(fd.as_raw_fd(), 0)
+        }
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn read_sysctl(name: &str) -> Option<i64> {
+    std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// `kernel.perf_event_max_sample_rate`, above which a frequency is rejected with EINVAL.
+pub(super) fn max_sample_rate() -> Option<u64> {
+    read_sysctl("perf_event_max_sample_rate").and_then(|v| u64::try_from(v).ok())
+}
+
+/// A one-line error for a failed `perf_event_open`, naming the fix where there is one.
+pub(super) fn open_error(e: &io::Error, tid: u32, config: &SamplerConfig) -> Error {
+    let paranoid = read_sysctl("perf_event_paranoid")
+        .map(|v| format!("kernel.perf_event_paranoid={v}"))
+        .unwrap_or_else(|| "kernel.perf_event_paranoid".to_string());
+    let level = if config.kernel_callchain { 1 } else { 2 };
+    match e.raw_os_error() {
+        Some(libc::EACCES | libc::EPERM) => Error::new(
+            ErrorKind::Permission,
+            format!(
+                "perf_event_open on thread {tid} denied ({paranoid}): run as root or with \
+                 CAP_PERFMON, or `sysctl kernel.perf_event_paranoid={level}` and profile as the \
+                 target's user"
+            ),
+        ),
+        Some(libc::ENOENT | libc::ENODEV | libc::EOPNOTSUPP) => Error::new(
+            ErrorKind::Sampling,
+            format!(
+                "perf_event_open on thread {tid} failed: {e} (this kernel or container offers no \
+                 software cpu-clock perf events; check that perf_event_open is not blocked by \
+                 seccomp)"
+            ),
+        ),
+        Some(libc::EMFILE | libc::ENFILE) => Error::new(
+            ErrorKind::Sampling,
+            format!(
+                "out of file descriptors opening perf events (one per thread) at thread {tid}: \
+                 raise the limit with `ulimit -n`"
+            ),
+        ),
+        Some(libc::ENOMEM) => Error::new(ErrorKind::Sampling, memory_hint(tid, e)),
+        Some(libc::EINVAL) => {
+            let rate = max_sample_rate()
+                .map(|m| format!(" (kernel.perf_event_max_sample_rate={m})"))
+                .unwrap_or_default();
+            Error::new(
+                ErrorKind::Sampling,
+                format!(
+                    "perf_event_open on thread {tid} rejected the event: {e}; check the frequency \
+                     {} Hz{rate} and the stack size {}",
+                    config.frequency_hz, config.stack_size
+                ),
+            )
+        }
+        _ => Error::new(
+            ErrorKind::Sampling,
+            format!("perf_event_open on thread {tid} failed: {e}"),
+        ),
+    }
+}
+
+/// A one-line error for a ring buffer that could not be mapped.
+pub(super) fn mmap_error(e: &io::Error, tid: u32, bytes: usize) -> Error {
+    Error::new(
+        ErrorKind::Sampling,
+        format!("{} ({} KiB buffer)", memory_hint(tid, e), bytes / 1024),
+    )
+}
+
+fn memory_hint(tid: u32, e: &io::Error) -> String {
+    format!(
+        "cannot lock perf ring-buffer memory for thread {tid}: {e}; raise \
+         `sysctl kernel.perf_event_mlock_kb` or RLIMIT_MEMLOCK (`ulimit -l`), run as root, or \
+         lower the stack size or frequency"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error_for(errno: i32) -> Error {
+        open_error(
+            &io::Error::from_raw_os_error(errno),
+            42,
+            &SamplerConfig::default(),
+        )
+    }
+
+    #[test]
+    fn errors_name_their_fix() {
+        let e = error_for(libc::EACCES);
+        assert_eq!(e.kind, ErrorKind::Permission);
+        assert!(e.message.contains("perf_event_paranoid") && e.message.contains("CAP_PERFMON"));
+        assert_eq!(error_for(libc::EPERM).kind, ErrorKind::Permission);
+        for errno in [libc::ENOENT, libc::ENODEV, libc::EOPNOTSUPP] {
+            assert_eq!(error_for(errno).kind, ErrorKind::Sampling);
+        }
+        assert!(error_for(libc::EMFILE).message.contains("ulimit -n"));
+        assert!(error_for(libc::ENOMEM)
+            .message
+            .contains("perf_event_mlock_kb"));
+        let mmap = mmap_error(&io::Error::from_raw_os_error(libc::EPERM), 42, 1 << 20);
+        assert!(mmap.message.contains("RLIMIT_MEMLOCK") && mmap.message.contains("1024 KiB"));
+        assert!(!error_for(libc::EINVAL).message.contains('\n'));
+    }
+
+    #[test]
+    fn register_mask_skips_segment_registers() {
+        assert_eq!(
+            REGS_MASK.count_ones() as usize,
+            super::super::record::REG_COUNT
+        );
+        assert_eq!(REGS_MASK & (0xf << 12), 0);
+    }
+}

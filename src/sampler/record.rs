@@ -1,0 +1,337 @@
+//! Parsing the records our events write into the ring buffer. The layout follows from the
+//! `sample_type` chosen in [`super::attr`]: TID, TIME, [CALLCHAIN], REGS_USER, STACK_USER.
+//! Every length read from a record is checked against the record's own size.
+
+use perf_event_open_sys::bindings as sys;
+
+/// x86_64 user registers at the moment of the sample.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Regs {
+    /// `PERF_SAMPLE_REGS_ABI_*`: 0 = no user registers (e.g. a kernel thread), 1 = 32-bit, 2 = 64-bit.
+    pub abi: u64,
+    pub ax: u64,
+    pub bx: u64,
+    pub cx: u64,
+    pub dx: u64,
+    pub si: u64,
+    pub di: u64,
+    pub bp: u64,
+    pub sp: u64,
+    pub ip: u64,
+    pub r8: u64,
+    pub r9: u64,
+    pub r10: u64,
+    pub r11: u64,
+    pub r12: u64,
+    pub r13: u64,
+    pub r14: u64,
+    pub r15: u64,
+}
+
+/// Number of registers in `sample_regs_user` (perf bits 0–8 and 16–23, see `attr::REGS_MASK`).
+pub(super) const REG_COUNT: usize = 17;
+
+impl Regs {
+    /// `values` in perf register-bit order: AX BX CX DX SI DI BP SP IP R8..R15.
+    fn from_values(abi: u64, v: [u64; REG_COUNT]) -> Regs {
+        Regs {
+            abi,
+            ax: v[0],
+            bx: v[1],
+            cx: v[2],
+            dx: v[3],
+            si: v[4],
+            di: v[5],
+            bp: v[6],
+            sp: v[7],
+            ip: v[8],
+            r8: v[9],
+            r9: v[10],
+            r10: v[11],
+            r11: v[12],
+            r12: v[13],
+            r13: v[14],
+            r14: v[15],
+            r15: v[16],
+        }
+    }
+}
+
+/// One sample, borrowing from the ring buffer (or from a scratch copy when it wrapped around).
+#[derive(Debug, Clone, Copy)]
+pub struct Sample<'a> {
+    pub pid: u32,
+    pub tid: u32,
+    /// CLOCK_MONOTONIC nanoseconds (of the initial time namespace).
+    pub time: u64,
+    pub regs: Regs,
+    /// The valid (`dyn_size`) bytes of the user stack, starting at `regs.sp`.
+    pub stack: &'a [u8],
+    /// Kernel return addresses, innermost first, without `PERF_CONTEXT_*` markers; empty if none.
+    pub kernel_ips: &'a [u64],
+}
+
+/// A parsed ring-buffer record; only the kinds we act on are distinguished.
+#[derive(Debug)]
+pub(super) enum Record<'a> {
+    /// `kernel_ips` is left empty; the raw callchain is returned beside it for [`kernel_ips`].
+    Sample {
+        sample: Sample<'a>,
+        callchain: &'a [u8],
+    },
+    Lost(u64),
+    Throttle,
+    Unthrottle,
+    Other,
+}
+
+/// Parses one complete record (header included). `None` means it is malformed.
+pub(super) fn parse(record: &[u8], has_callchain: bool) -> Option<Record<'_>> {
+    let mut cur = Cursor(record);
+    let kind = cur.u32()?;
+    let _misc = cur.u16()?;
+    let size = usize::from(cur.u16()?);
+    if size != record.len() {
+        return None;
+    }
+    match kind {
+        sys::PERF_RECORD_SAMPLE => parse_sample(cur, has_callchain),
+        sys::PERF_RECORD_LOST => {
+            let _id = cur.u64()?;
+            Some(Record::Lost(cur.u64()?))
+        }
+        sys::PERF_RECORD_THROTTLE => Some(Record::Throttle),
+        sys::PERF_RECORD_UNTHROTTLE => Some(Record::Unthrottle),
+        _ => Some(Record::Other),
+    }
+}
+
+fn parse_sample(mut cur: Cursor<'_>, has_callchain: bool) -> Option<Record<'_>> {
+    let pid = cur.u32()?;
+    let tid = cur.u32()?;
+    let time = cur.u64()?;
+    let callchain = if has_callchain {
+        let n = usize::try_from(cur.u64()?).ok()?;
+        cur.bytes(n.checked_mul(8)?)?
+    } else {
+        &[]
+    };
+    let abi = cur.u64()?;
+    let regs = if abi == 0 {
+        Regs::default()
+    } else {
+        let mut values = [0u64; REG_COUNT];
+        for v in &mut values {
+            *v = cur.u64()?;
+        }
+        Regs::from_values(abi, values)
+    };
+    // STACK_USER: u64 size, size bytes, then u64 dyn_size only when size != 0.
+    let size = usize::try_from(cur.u64()?).ok()?;
+    let stack = if size == 0 {
+        &[]
+    } else {
+        let data = cur.bytes(size)?;
+        let dyn_size = usize::try_from(cur.u64()?).ok()?;
+        data.get(..dyn_size)?
+    };
+    Some(Record::Sample {
+        sample: Sample {
+            pid,
+            tid,
+            time,
+            regs,
+            stack,
+            kernel_ips: &[],
+        },
+        callchain,
+    })
+}
+
+/// Decodes a raw callchain into `out`, keeping only the entries in kernel context.
+pub(super) fn kernel_ips(callchain: &[u8], out: &mut Vec<u64>) {
+    out.clear();
+    let mut in_kernel = false;
+    for chunk in callchain.chunks_exact(8) {
+        let ip = u64::from_ne_bytes(chunk.try_into().expect("chunks_exact(8)"));
+        if ip >= sys::PERF_CONTEXT_MAX {
+            in_kernel = ip == sys::PERF_CONTEXT_KERNEL;
+        } else if in_kernel {
+            out.push(ip);
+        }
+    }
+}
+
+/// Native-endian reads that fail instead of panicking when the record is too short.
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        if n > self.0.len() {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        self.bytes(N)?.try_into().ok()
+    }
+
+    fn u16(&mut self) -> Option<u16> {
+        self.array().map(u16::from_ne_bytes)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        self.array().map(u32::from_ne_bytes)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        self.array().map(u64::from_ne_bytes)
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    /// Builds records the way the kernel lays them out, for parser and ring-buffer tests.
+    #[derive(Default)]
+    pub struct RecordBuilder(Vec<u8>);
+
+    impl RecordBuilder {
+        pub fn u32(mut self, v: u32) -> Self {
+            self.0.extend_from_slice(&v.to_ne_bytes());
+            self
+        }
+        pub fn u64(mut self, v: u64) -> Self {
+            self.0.extend_from_slice(&v.to_ne_bytes());
+            self
+        }
+        pub fn bytes(mut self, b: &[u8]) -> Self {
+            self.0.extend_from_slice(b);
+            self
+        }
+        /// Prepends a header whose size covers the body.
+        pub fn finish(self, kind: u32) -> Vec<u8> {
+            let size = u16::try_from(self.0.len() + 8).unwrap();
+            let mut out = kind.to_ne_bytes().to_vec();
+            out.extend_from_slice(&0u16.to_ne_bytes());
+            out.extend_from_slice(&size.to_ne_bytes());
+            out.extend_from_slice(&self.0);
+            out
+        }
+    }
+
+    /// A sample with pid 7, tid 8, time 99, registers 1..=17 and the given stack dump.
+    pub fn sample_record(callchain: &[u64], stack: &[u8], dyn_size: u64) -> Vec<u8> {
+        let mut b = RecordBuilder::default().u32(7).u32(8).u64(99);
+        if !callchain.is_empty() {
+            b = b.u64(callchain.len() as u64);
+            for ip in callchain {
+                b = b.u64(*ip);
+            }
+        }
+        b = b.u64(2);
+        for r in 1..=REG_COUNT as u64 {
+            b = b.u64(r);
+        }
+        b = b.u64(stack.len() as u64).bytes(stack);
+        if !stack.is_empty() {
+            b = b.u64(dyn_size);
+        }
+        b.finish(sys::PERF_RECORD_SAMPLE)
+    }
+
+    fn expect_sample(record: &[u8], has_callchain: bool) -> (Sample<'_>, &[u8]) {
+        match parse(record, has_callchain) {
+            Some(Record::Sample { sample, callchain }) => (sample, callchain),
+            other => panic!("expected a sample, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_a_sample_with_registers_and_stack() {
+        let stack: Vec<u8> = (0..32).collect();
+        let rec = sample_record(&[], &stack, 24);
+        let (s, cc) = expect_sample(&rec, false);
+        assert_eq!((s.pid, s.tid, s.time), (7, 8, 99));
+        assert_eq!((s.regs.abi, s.regs.ax, s.regs.sp, s.regs.ip), (2, 1, 8, 9));
+        assert_eq!((s.regs.r8, s.regs.r15), (10, 17));
+        assert_eq!(s.stack, &stack[..24]);
+        assert!(cc.is_empty());
+    }
+
+    #[test]
+    fn kernel_ips_drop_context_markers_and_user_entries() {
+        let chain = [
+            sys::PERF_CONTEXT_KERNEL,
+            0xffff_ffff_8100_0000,
+            0xffff_ffff_8100_0010,
+            sys::PERF_CONTEXT_USER,
+            0x40_1000,
+        ];
+        let rec = sample_record(&chain, &[0; 8], 8);
+        let (_, cc) = expect_sample(&rec, true);
+        let mut ips = Vec::new();
+        kernel_ips(cc, &mut ips);
+        assert_eq!(ips, [0xffff_ffff_8100_0000, 0xffff_ffff_8100_0010]);
+    }
+
+    #[test]
+    fn sample_without_user_regs_or_stack() {
+        let rec = RecordBuilder::default()
+            .u32(1)
+            .u32(2)
+            .u64(3)
+            .u64(0) // abi none: no registers follow
+            .u64(0) // stack size 0: no data, no dyn_size
+            .finish(sys::PERF_RECORD_SAMPLE);
+        let (s, _) = expect_sample(&rec, false);
+        assert_eq!(s.regs, Regs::default());
+        assert!(s.stack.is_empty());
+    }
+
+    #[test]
+    fn lost_and_throttle_records() {
+        let lost = RecordBuilder::default()
+            .u64(1)
+            .u64(42)
+            .finish(sys::PERF_RECORD_LOST);
+        assert!(matches!(parse(&lost, false), Some(Record::Lost(42))));
+        let thr = RecordBuilder::default()
+            .u64(5)
+            .u64(0)
+            .u64(0)
+            .finish(sys::PERF_RECORD_THROTTLE);
+        assert!(matches!(parse(&thr, false), Some(Record::Throttle)));
+        let unthr = RecordBuilder::default().finish(sys::PERF_RECORD_UNTHROTTLE);
+        assert!(matches!(parse(&unthr, false), Some(Record::Unthrottle)));
+    }
+
+    #[test]
+    fn malformed_records_are_rejected_not_panicked_on() {
+        let good = sample_record(&[], &[0; 16], 16);
+        // dyn_size larger than the dumped size.
+        assert!(parse(&sample_record(&[], &[0; 16], 24), false).is_none());
+        // Header size disagreeing with the slice.
+        assert!(parse(&good[..good.len() - 8], false).is_none());
+        // Every truncation of a sample, with the header size patched to match.
+        for len in 8..good.len() {
+            let mut cut = good[..len].to_vec();
+            cut[6..8].copy_from_slice(&(len as u16).to_ne_bytes());
+            assert!(parse(&cut, false).is_none(), "truncated at {len}");
+        }
+        // A callchain length that overflows or runs past the end.
+        let huge = RecordBuilder::default()
+            .u32(1)
+            .u32(1)
+            .u64(1)
+            .u64(u64::MAX / 4)
+            .finish(sys::PERF_RECORD_SAMPLE);
+        assert!(parse(&huge, true).is_none());
+        assert!(parse(&[], false).is_none());
+        assert!(parse(&[1, 2, 3], false).is_none());
+    }
+}

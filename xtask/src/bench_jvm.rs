@@ -1,0 +1,92 @@
+//! Running bench-app JVMs and the release jvmperf binary for benchmarks.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::{jdk, paths};
+
+/// A bench-app JVM, killed on drop.
+pub struct BenchJvm {
+    child: Child,
+    pub lines: mpsc::Receiver<String>,
+}
+
+impl BenchJvm {
+    /// Start `class` with `flags` on `classpath` and wait for its `READY` line.
+    pub fn start(flags: &[&str], classpath: &str, class: &str, args: &[&str]) -> Result<Self> {
+        let mut child = Command::new(jdk::tool("java")?)
+            .args(flags)
+            .args(["-cp", classpath, class])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting java")?;
+        let (tx, rx) = mpsc::channel();
+        let out = child.stdout.take().context("java stdout")?;
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let jvm = BenchJvm { child, lines: rx };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match jvm.lines.recv_timeout(left) {
+                Ok(line) if line.trim() == "READY" => return Ok(jvm),
+                Ok(_) => {}
+                Err(_) => bail!("{class} did not print READY within 120 s"),
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for BenchJvm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Build the bench apps and the release jvmperf; return the jvmperf binary.
+pub fn prepare() -> Result<PathBuf> {
+    crate::bench_apps::main(&[])?;
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--release", "--quiet", "--package", "jvmperf"])
+        .current_dir(paths::workspace_root())
+        .status()
+        .context("cargo build --release")?;
+    if !status.success() {
+        bail!("cargo build --release failed");
+    }
+    Ok(paths::target_dir().join("release/jvmperf"))
+}
+
+pub fn classes() -> String {
+    paths::bench_apps_out()
+        .join("classes")
+        .to_string_lossy()
+        .into_owned()
+}
+
+pub fn many_classpath() -> String {
+    let out = paths::bench_apps_out();
+    format!(
+        "{}:{}",
+        out.join("classes").display(),
+        out.join("many-classes").display()
+    )
+}
