@@ -16,6 +16,36 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Sample a running JVM and write a flame graph or collapsed stacks.
+    Record {
+        /// Process id of the JVM.
+        #[arg(short, long)]
+        pid: u32,
+        /// Seconds to record; without it, until Ctrl-C or SIGTERM.
+        #[arg(short, long)]
+        duration: Option<f64>,
+        /// Samples per second per thread.
+        #[arg(short = 'F', long, default_value_t = 99)]
+        frequency: u64,
+        /// Output file; the format follows the extension (.collapsed, .txt, .svg) unless --format.
+        #[arg(short, long, default_value = "profile.svg")]
+        output: PathBuf,
+        /// collapsed or svg.
+        #[arg(long)]
+        format: Option<String>,
+        /// Add the thread name as each stack's root frame.
+        #[arg(long)]
+        threads: bool,
+        /// Include kernel frames (needs perf_event_paranoid <= 1 or CAP_PERFMON).
+        #[arg(long)]
+        kernel: bool,
+        /// Recompile hot code compiled before the attach so inlined frames are exact.
+        #[arg(long)]
+        precise_inlining: bool,
+        /// Bytes of user stack copied per sample (multiple of 8, at most 65528).
+        #[arg(long, default_value_t = 32768)]
+        stack_size: u32,
+    },
     /// Print the target's JIT code (stubs, nmethods, inline trees, lines); optionally a perf map.
     Jitmap {
         /// Process id of the JVM.
@@ -40,6 +70,33 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Record {
+            pid,
+            duration,
+            frequency,
+            output,
+            format,
+            threads,
+            kernel,
+            precise_inlining,
+            stack_size,
+        } => format
+            .as_deref()
+            .map(jvmperf::output::Format::parse)
+            .transpose()
+            .and_then(|format| {
+                jvmperf::record::run(&jvmperf::record::RecordOptions {
+                    pid,
+                    duration: duration.map(seconds),
+                    frequency_hz: frequency,
+                    stack_size,
+                    output,
+                    format,
+                    threads,
+                    kernel,
+                    precise_inlining,
+                })
+            }),
         Command::Jitmap {
             pid,
             output,

@@ -1,8 +1,10 @@
 //! Everything that knows HotSpot's internal layout. Offsets and sizes come from the target's own
 //! VMStructs tables at run time; nothing here is hard-coded per JDK build.
 
+pub mod codecache;
 pub mod flags;
 pub mod libjvm;
+pub mod method;
 pub mod vmstructs;
 
 use crate::error::{Error, ErrorKind, Result};

@@ -3,10 +3,10 @@
 //! kernel symbols from `/proc/kallsyms`.
 
 mod debuginfo;
-mod kernel;
-mod modules;
-mod symbols;
-mod unwind;
+pub mod kernel;
+pub mod modules;
+pub mod symbols;
+pub mod unwind;
 
 pub use kernel::{KernelSymbol, KernelSymbols};
 pub use modules::{Module, ModuleChanges, ModuleRef, Modules};

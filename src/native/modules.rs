@@ -108,42 +108,6 @@ impl Deref for FileBytes {
     }
 }
 
-/// A byte range of shared file bytes, given to framehop without copying.
-#[derive(Clone)]
-pub(crate) struct SectionBytes {
-    bytes: Arc<FileBytes>,
-    range: Range<usize>,
-}
-
-impl SectionBytes {
-    pub(crate) fn new(bytes: Arc<FileBytes>, range: Range<usize>) -> Option<Self> {
-        bytes.get(range.clone())?;
-        Some(SectionBytes { bytes, range })
-    }
-
-    pub(crate) fn owned(data: Vec<u8>) -> Self {
-        let range = 0..data.len();
-        SectionBytes {
-            bytes: Arc::new(FileBytes::Copied(data)),
-            range,
-        }
-    }
-}
-
-// framehop's section-info struct derives `Default`, which needs it of the section type.
-impl Default for SectionBytes {
-    fn default() -> Self {
-        SectionBytes::owned(Vec::new())
-    }
-}
-
-impl Deref for SectionBytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        &self.bytes[self.range.clone()]
-    }
-}
-
 /// What a rescan changed, so the unwinder can update its own module list.
 #[derive(Default)]
 pub struct ModuleChanges {
@@ -303,8 +267,7 @@ impl Modules {
     }
 }
 
-/// Mappings grouped per file (path and inode), for files with at least one executable mapping;
-/// each group starts with its first executable mapping.
+/// The executable mappings, grouped per file (path and inode), in address order.
 fn executable_files(maps: &[Mapping]) -> Vec<Vec<&Mapping>> {
     let mut groups: Vec<Vec<&Mapping>> = Vec::new();
     let mut index: HashMap<(&str, u64), usize> = HashMap::new();

@@ -30,15 +30,34 @@ impl NativeFrame {
 }
 
 /// Symbolizes native pcs; debug info is loaded once per file (by build-id), on first use.
-#[derive(Default)]
 pub struct NativeSymbolizer {
     modules: HashMap<Arc<str>, ModuleSymbols>,
     cache: HashMap<(Arc<str>, u64), Vec<NativeFrame>>,
+    separate_debug_files: bool,
+}
+
+impl Default for NativeSymbolizer {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl NativeSymbolizer {
     pub fn new() -> Self {
-        Self::default()
+        NativeSymbolizer {
+            modules: HashMap::new(),
+            cache: HashMap::new(),
+            separate_debug_files: true,
+        }
+    }
+
+    /// Skip separate debug files: names from symbol tables (and DWARF embedded in a module),
+    /// without the time and memory a large debug file costs (libjvm's: seconds, ~450 MiB).
+    pub fn without_debug_files() -> Self {
+        NativeSymbolizer {
+            separate_debug_files: false,
+            ..Self::new()
+        }
     }
 
     /// The frames at `pc` in `module`, innermost first. For a return address the call
@@ -57,7 +76,7 @@ impl NativeSymbolizer {
         let symbols = self
             .modules
             .entry(module.key.clone())
-            .or_insert_with(|| ModuleSymbols::load(module));
+            .or_insert_with(|| ModuleSymbols::load(module, self.separate_debug_files));
         let mut frames = symbols.frames(probe);
         if frames.is_empty() {
             let offset = module.svma(pc);
@@ -67,33 +86,41 @@ impl NativeSymbolizer {
         frames
     }
 
-    /// The debug file used for a module, once it has been symbolized (for diagnostics).
+    /// Where a symbolized module's DWARF comes from: its separate debug file, or the module
+    /// itself (as `/proc/self/fd/N`). For diagnostics.
     pub fn debug_file(&self, module: &ModuleRef) -> Option<&PathBuf> {
         self.modules.get(&module.key)?.debug_file.as_ref()
     }
 
-    /// Whether DWARF was found for a module, once it has been symbolized.
+    /// Whether DWARF was loaded for a symbolized module.
     pub fn has_dwarf(&self, module: &ModuleRef) -> bool {
         self.modules
             .get(&module.key)
-            .is_some_and(|m| m.dwarf.is_some())
+            .is_some_and(|m| m.dwarf.is_ok())
+    }
+
+    /// Why a symbolized module's debug file could not be loaded, if it could not.
+    pub fn dwarf_error(&self, module: &ModuleRef) -> Option<&str> {
+        let symbols = self.modules.get(&module.key)?;
+        symbols.debug_file.as_ref()?;
+        symbols.dwarf.as_ref().err().map(String::as_str)
     }
 }
 
 struct ModuleSymbols {
     module: ModuleRef,
     /// DWARF from the module itself or its debug file; also holds that file's symbol table.
-    dwarf: Option<addr2line::Loader>,
+    dwarf: std::result::Result<addr2line::Loader, String>,
     debug_file: Option<PathBuf>,
     /// The module's own `.symtab` (else `.dynsym`), built only if DWARF and its file have no name.
     own_symbols: OnceCell<SymbolMap<OwnedSymbol>>,
 }
 
 impl ModuleSymbols {
-    fn load(module: &ModuleRef) -> Self {
+    fn load(module: &ModuleRef, separate_debug_files: bool) -> Self {
         let mut symbols = ModuleSymbols {
             module: module.clone(),
-            dwarf: None,
+            dwarf: Err("no debug info".to_string()),
             debug_file: None,
             own_symbols: OnceCell::new(),
         };
@@ -105,12 +132,15 @@ impl ModuleSymbols {
             .is_some_and(|s| object::ObjectSection::size(&s) > 0);
         symbols.debug_file = if own_dwarf {
             module.file_path()
-        } else {
+        } else if separate_debug_files {
             find_debug_file(module, &elf)
+        } else {
+            None
         };
         if let Some(path) = &symbols.debug_file {
             let sup = find_sup_file(module, path);
-            symbols.dwarf = addr2line::Loader::new_with_sup(path, sup.as_ref()).ok();
+            symbols.dwarf = addr2line::Loader::new_with_sup(path, sup.as_ref())
+                .map_err(|e| format!("{}: {e}", path.display()));
         }
         symbols
     }
@@ -133,7 +163,7 @@ impl ModuleSymbols {
 
     fn dwarf_frames(&self, probe: u64) -> Vec<NativeFrame> {
         let mut out = Vec::new();
-        let Some(Ok(mut iter)) = self.dwarf.as_ref().map(|d| d.find_frames(probe)) else {
+        let Ok(Ok(mut iter)) = self.dwarf.as_ref().map(|d| d.find_frames(probe)) else {
             return out;
         };
         while let Ok(Some(frame)) = iter.next() {
@@ -157,7 +187,7 @@ impl ModuleSymbols {
     }
 
     fn symbol(&self, probe: u64) -> Option<String> {
-        let name = match self.dwarf.as_ref().and_then(|d| d.find_symbol(probe)) {
+        let name = match self.dwarf.as_ref().ok().and_then(|d| d.find_symbol(probe)) {
             Some(name) => name,
             None => {
                 &self

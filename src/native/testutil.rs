@@ -171,3 +171,56 @@ pub fn rss_kib() -> (u64, u64) {
     };
     (field("RssAnon:"), field("RssFile:"))
 }
+
+/// Build a shared library with debug info from C sources; `None` (said on stderr) without a C
+/// compiler.
+pub fn build_c_library(dir: &Path, name: &str, sources: &[(&str, &str)]) -> Option<PathBuf> {
+    std::fs::create_dir_all(dir).unwrap();
+    for (file, text) in sources {
+        std::fs::write(dir.join(file), text).unwrap();
+    }
+    let lib = dir.join(name);
+    let built = Command::new("cc")
+        .current_dir(dir)
+        .args(["-shared", "-fPIC", "-g", "-O1", "-o"])
+        .arg(&lib)
+        .args(
+            sources
+                .iter()
+                .filter(|(f, _)| f.ends_with(".c"))
+                .map(|(f, _)| f),
+        )
+        .status();
+    if !built.is_ok_and(|s| s.success()) {
+        eprintln!("skipping: no C compiler (apt-get install gcc)");
+        return None;
+    }
+    Some(lib)
+}
+
+/// A library loaded into this process with `dlopen`.
+pub struct Loaded(*mut libc::c_void);
+
+impl Loaded {
+    pub fn open(path: &Path) -> Self {
+        let c_path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: the test libraries have no initialisers, only pure functions.
+        let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW) };
+        assert!(!handle.is_null(), "dlopen {}", path.display());
+        Loaded(handle)
+    }
+
+    pub fn symbol(&self, name: &std::ffi::CStr) -> u64 {
+        // SAFETY: a valid handle and a NUL-terminated name.
+        let addr = unsafe { libc::dlsym(self.0, name.as_ptr()) };
+        assert!(!addr.is_null());
+        addr as u64
+    }
+}
+
+impl Drop for Loaded {
+    fn drop(&mut self) {
+        // SAFETY: nothing from the library is used after the handle is dropped.
+        unsafe { libc::dlclose(self.0) };
+    }
+}

@@ -1,14 +1,15 @@
 //! One-frame-at-a-time native unwinding with framehop over the target's modules, so the HotSpot
 //! walker can interleave its own JIT/interpreter frames with native ones.
 
-use super::modules::{Module, ModuleChanges, ModuleRef, Modules, SectionBytes};
+use super::modules::{FileBytes, Module, ModuleChanges, ModuleRef, Modules};
 use crate::error::Result;
 use crate::target::TargetProcess;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Unwinder};
 use object::{CompressionFormat, Object, ObjectSection};
 use std::borrow::Cow;
-use std::ops::Range;
+use std::ops::{Deref, Range};
+use std::sync::Arc;
 
 /// The registers framehop needs on x86_64.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,6 +122,42 @@ impl NativeUnwinder {
     }
 }
 
+/// A byte range of shared file bytes, given to framehop without copying.
+#[derive(Clone)]
+struct SectionBytes {
+    bytes: Arc<FileBytes>,
+    range: Range<usize>,
+}
+
+impl SectionBytes {
+    fn new(bytes: Arc<FileBytes>, range: Range<usize>) -> Option<Self> {
+        bytes.get(range.clone())?;
+        Some(SectionBytes { bytes, range })
+    }
+
+    fn owned(data: Vec<u8>) -> Self {
+        let range = 0..data.len();
+        SectionBytes {
+            bytes: Arc::new(FileBytes::Copied(data)),
+            range,
+        }
+    }
+}
+
+// framehop's section-info struct derives `Default`, which needs it of the section type.
+impl Default for SectionBytes {
+    fn default() -> Self {
+        SectionBytes::owned(Vec::new())
+    }
+}
+
+impl Deref for SectionBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes[self.range.clone()]
+    }
+}
+
 /// framehop's view of a module: section addresses and bytes, borrowed from the mapped file.
 fn framehop_module(m: &Module) -> framehop::Module<SectionBytes> {
     let info = object::File::parse(m.data())
@@ -136,6 +173,8 @@ fn section_info(m: &Module, elf: &object::File) -> ExplicitModuleSectionInfo<Sec
     };
     let data =
         |name: &str| -> Option<SectionBytes> { section_bytes(m, &elf.section_by_name(name)?) };
+    // framehop reads `.text` only for instruction analysis where unwind tables may be imprecise
+    // (Mach-O); handing it over costs nothing, the bytes are mapped.
     ExplicitModuleSectionInfo {
         base_svma: 0,
         text_svma: range(".text"),

@@ -1,5 +1,5 @@
 use super::*;
-use crate::native::testutil::{rss_kib, SleepingJvm};
+use crate::native::testutil::{build_c_library, rss_kib, Loaded, SleepingJvm};
 use crate::native::NativeUnwinder;
 use crate::target::TargetProcess;
 use std::time::Instant;
@@ -109,6 +109,85 @@ fn unresolved_pcs_are_named_by_module_and_offset() {
     // The ELF header is in no function.
     let frames = NativeSymbolizer::new().symbolize(vdso, vdso.bias + 0x10, false);
     assert_eq!(frames, vec![NativeFrame::named("[vdso]+0x10".to_string())]);
+}
+
+/// dwz moves DWARF shared by several files into a supplementary file named by
+/// `.gnu_debugaltlink`; here the inlined `bump` is described only there.
+#[test]
+fn inlined_frame_described_in_a_dwz_supplementary_file() {
+    let dir = std::env::temp_dir().join(format!("jvmperf-dwz-{}", std::process::id()));
+    let header = "struct state { long counter; double weights[4]; const char *label; };\n\
+                  static inline long bump(struct state *s) { return ++s->counter; }\n";
+    let lib = |name: &str, entry: &str| {
+        let source = format!(
+            "#include \"common.h\"\nlong {entry}(struct state *s) {{ return bump(s) * 3; }}\n"
+        );
+        build_c_library(
+            &dir,
+            name,
+            &[("common.h", header), (&format!("{entry}.c"), &source)],
+        )
+    };
+    let (Some(a), Some(b)) = (lib("liba.so", "alpha_entry"), lib("libb.so", "beta_entry")) else {
+        return;
+    };
+    let sup = dir.join("common.debug");
+    let dwz = std::process::Command::new("dwz")
+        .arg("-m")
+        .arg(&sup)
+        .arg("-M")
+        .arg(&sup)
+        .args([&a, &b])
+        .status();
+    if !dwz.is_ok_and(|s| s.success()) {
+        eprintln!("skipping: dwz is not installed (apt-get install dwz)");
+        std::fs::remove_dir_all(&dir).unwrap();
+        return;
+    }
+    let loaded = Loaded::open(&a);
+    let entry = loaded.symbol(c"alpha_entry");
+    let mut unwinder = own_unwinder();
+    let module = unwinder.module_for(entry).unwrap();
+    let mut symbolizer = NativeSymbolizer::new();
+    let inlined = (entry..entry + 32)
+        .map(|pc| symbolizer.symbolize(&module, pc, false))
+        .find(|frames| frames.len() == 2);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let frames = inlined.expect("a pc inside the inlined bump()");
+    assert_eq!(frames[0].function, "bump", "{frames:#?}");
+    assert!(frames[0].file.as_deref().unwrap().ends_with("common.h"));
+    assert_eq!(frames[1].function, "alpha_entry");
+}
+
+#[test]
+fn separate_debug_file_through_gnu_debuglink() {
+    let dir = std::env::temp_dir().join(format!("jvmperf-debuglink-{}", std::process::id()));
+    let source = "int linked_probe(int x) {\n  return x * 5 + 2;\n}\n";
+    let Some(lib) = build_c_library(&dir, "liblinked.so", &[("linked.c", source)]) else {
+        return;
+    };
+    std::fs::create_dir_all(dir.join(".debug")).unwrap();
+    let debug = dir.join(".debug/liblinked.so.debug");
+    let objcopy = |args: &[&std::ffi::OsStr]| {
+        let ok = std::process::Command::new("objcopy").args(args).status();
+        assert!(ok.unwrap().success(), "objcopy {args:?}");
+    };
+    objcopy(&["--only-keep-debug".as_ref(), lib.as_ref(), debug.as_ref()]);
+    let link = format!("--add-gnu-debuglink={}", debug.display());
+    objcopy(&["--strip-debug".as_ref(), link.as_ref(), lib.as_ref()]);
+
+    let loaded = Loaded::open(&lib);
+    let probe = loaded.symbol(c"linked_probe");
+    let module = own_unwinder().module_for(probe).unwrap();
+    let mut symbolizer = NativeSymbolizer::new();
+    let frames = symbolizer.symbolize(&module, probe, false);
+    assert_eq!(symbolizer.debug_file(&module), Some(&debug));
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(frames[0].function, "linked_probe");
+    assert!(
+        frames[0].file.as_deref().unwrap().ends_with("linked.c"),
+        "{frames:#?}"
+    );
 }
 
 #[test]

@@ -1,5 +1,7 @@
 use super::*;
-use crate::native::testutil::{capture_here, capture_thread, Captured, SleepingJvm};
+use crate::native::testutil::{
+    build_c_library, capture_here, capture_thread, Captured, Loaded, SleepingJvm,
+};
 use crate::native::NativeSymbolizer;
 use std::time::Instant;
 
@@ -33,8 +35,11 @@ fn unwind(unwinder: &mut NativeUnwinder, c: &Captured) -> (Vec<(u64, bool)>, Ste
     }
 }
 
-fn names(unwinder: &mut NativeUnwinder, frames: &[(u64, bool)]) -> Vec<String> {
-    let mut symbolizer = NativeSymbolizer::new();
+fn names(
+    unwinder: &mut NativeUnwinder,
+    symbolizer: &mut NativeSymbolizer,
+    frames: &[(u64, bool)],
+) -> Vec<String> {
     frames
         .iter()
         .flat_map(|&(pc, is_return)| {
@@ -51,7 +56,7 @@ fn unwinds_own_recursion_to_the_thread_root() {
     let me = TargetProcess::open(std::process::id()).unwrap();
     let mut unwinder = NativeUnwinder::new(&me).unwrap();
     let (frames, end) = unwind(&mut unwinder, &captured);
-    let names = names(&mut unwinder, &frames);
+    let names = names(&mut unwinder, &mut NativeSymbolizer::new(), &frames);
     assert_eq!(end, StepOutcome::Root, "{names:#?}");
     assert!(names[0].ends_with("testutil::capture_here"), "{names:#?}");
     let recursion = names
@@ -116,15 +121,12 @@ fn unwinds_a_jvm_thread_through_libjvm_to_its_root() {
         unwinder.modules().all().len()
     );
     let (frames, end) = unwind(&mut unwinder, &captured);
-    let t = Instant::now();
-    let names = names(&mut unwinder, &frames);
-    eprintln!(
-        "symbolized {} JVM frames in {:?}: {names:#?}",
-        frames.len(),
-        t.elapsed()
-    );
+    // Symbol tables suffice here; libjvm's debug info is tested (and paid for) in `symbols`.
+    let mut symbolizer = NativeSymbolizer::without_debug_files();
+    let names = names(&mut unwinder, &mut symbolizer, &frames);
+    eprintln!("{} JVM frames: {names:#?}", frames.len());
     assert_eq!(end, StepOutcome::Root, "{names:#?}");
-    for expected in ["VMThread::run", "Thread::call_run", "start_thread"] {
+    for expected in ["VMThread::run", "Thread::call_run", "thread_native_entry"] {
         assert!(
             names.iter().any(|n| n.contains(expected)),
             "{expected} missing: {names:#?}"
@@ -148,34 +150,14 @@ fn unwinds_a_jvm_thread_through_libjvm_to_its_root() {
 #[test]
 fn library_loaded_later_and_deleted_is_found_and_symbolized() {
     let dir = std::env::temp_dir().join(format!("jvmperf-dlopen-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (source, lib) = (dir.join("probe.c"), dir.join("libprobe.so"));
-    std::fs::write(
-        &source,
-        "int jvmperf_probe(int x) {\n  return x * 3 + 1;\n}\n",
-    )
-    .unwrap();
-    let built = std::process::Command::new("cc")
-        .args(["-shared", "-fPIC", "-g", "-O1", "-o"])
-        .args([&lib, &source])
-        .status();
-    if !built.is_ok_and(|s| s.success()) {
-        eprintln!("skipping: no C compiler (apt-get install gcc)");
+    let source = "int jvmperf_probe(int x) {\n  return x * 3 + 1;\n}\n";
+    let Some(lib) = build_c_library(&dir, "libprobe.so", &[("probe.c", source)]) else {
         return;
-    }
+    };
     let me = TargetProcess::open(std::process::id()).unwrap();
     let mut unwinder = NativeUnwinder::new(&me).unwrap();
-
-    let c_path = std::ffi::CString::new(lib.to_str().unwrap()).unwrap();
-    // SAFETY: loading a library we just built, whose only code is a pure function.
-    let (handle, probe) = unsafe {
-        let handle = libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW);
-        assert!(!handle.is_null());
-        (
-            handle,
-            libc::dlsym(handle, c"jvmperf_probe".as_ptr()) as u64,
-        )
-    };
+    let loaded = Loaded::open(&lib);
+    let probe = loaded.symbol(c"jvmperf_probe");
     std::fs::remove_dir_all(&dir).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300)); // past the rescan rate limit
 
@@ -187,6 +169,4 @@ fn library_loaded_later_and_deleted_is_found_and_symbolized() {
     assert_eq!(frames[0].function, "jvmperf_probe", "{frames:#?}");
     assert!(frames[0].file.as_deref().unwrap().ends_with("probe.c"));
     assert!(matches!(frames[0].line, Some(1 | 2)), "{frames:#?}");
-    // SAFETY: nothing from the library is used after this.
-    unsafe { libc::dlclose(handle) };
 }

@@ -1,0 +1,213 @@
+//! Reading a `Method*` from the target: holder class, name, signature, bytecode bounds and the line
+//! table (JDK `oops/method.hpp`, `oops/constMethod.hpp`; encoding per hotspot-notes §3).
+
+use super::vmstructs::VmStructs;
+use crate::target::TargetMemory;
+
+const MAX_SYMBOL: u64 = 1 << 16;
+const MAX_LINE_ENTRIES: usize = 1 << 16;
+
+#[derive(Debug, Clone)]
+pub struct MethodLayout {
+    const_method: u64,
+    cm_constants: u64,
+    cm_code_size: u64,
+    cm_name_index: u64,
+    cm_signature_index: u64,
+    cm_flags: (u64, u64),
+    cm_size: u64,
+    has_line_table: u32,
+    cp_holder: u64,
+    cp_size: u64,
+    klass_name: u64,
+    sym_length: u64,
+    sym_body: u64,
+    /// UNSIGNED5 bias: 1 from JDK 20 (JDK-8292758), 0 before.
+    unsigned5_bias: u8,
+}
+
+/// A method as read from the target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MethodName {
+    /// Internal form, e.g. `bench/Phases`.
+    pub class: String,
+    pub name: String,
+    pub signature: String,
+    pub code_size: u32,
+    /// (start bci, line), ascending bci.
+    pub lines: Vec<(u32, u32)>,
+}
+
+impl MethodLayout {
+    pub fn discover(vs: &VmStructs) -> Option<Self> {
+        let off = |t: &str, f: &str| vs.offset(t, f);
+        let flags = vs
+            .field("ConstMethod", "_flags._flags")
+            .or_else(|| vs.field("ConstMethod", "_flags"))?;
+        Some(MethodLayout {
+            const_method: off("Method", "_constMethod")?,
+            cm_constants: off("ConstMethod", "_constants")?,
+            cm_code_size: off("ConstMethod", "_code_size")?,
+            cm_name_index: off("ConstMethod", "_name_index")?,
+            cm_signature_index: off("ConstMethod", "_signature_index")?,
+            cm_flags: (flags.offset, if flags.type_string == "u2" { 2 } else { 4 }),
+            cm_size: vs.size("ConstMethod")?,
+            has_line_table: vs
+                .int_constants
+                .get("ConstMethod::_has_linenumber_table")
+                .copied()
+                .unwrap_or(1) as u32,
+            cp_holder: off("ConstantPool", "_pool_holder")?,
+            cp_size: vs.size("ConstantPool")?,
+            klass_name: off("Klass", "_name")?,
+            sym_length: off("Symbol", "_length")?,
+            sym_body: off("Symbol", "_body").or_else(|| off("Symbol", "_body[0]"))?,
+            // The UNSIGNED5 class arrived with the encoding change in JDK 20.
+            unsigned5_bias: u8::from(vs.types.contains_key("UNSIGNED5")),
+        })
+    }
+
+    fn symbol(&self, mem: &dyn TargetMemory, sym: u64) -> Option<String> {
+        let len = mem.read_u16(sym + self.sym_length).ok()? as u64;
+        if len > MAX_SYMBOL {
+            return None;
+        }
+        let mut buf = vec![0u8; len as usize];
+        mem.read(sym + self.sym_body, &mut buf).ok()?;
+        Some(String::from_utf8_lossy(&buf).into_owned())
+    }
+
+    fn pool_symbol(&self, mem: &dyn TargetMemory, cp: u64, index: u16) -> Option<String> {
+        let slot = mem.read_u64(cp + self.cp_size + 8 * index as u64).ok()?;
+        self.symbol(mem, slot & !1)
+    }
+
+    /// The `ConstMethod*` of a `Method*`, and where its bytecodes start.
+    pub fn code_start(&self, mem: &dyn TargetMemory, method: u64) -> Option<(u64, u32)> {
+        let cm = mem
+            .read_u64(method + self.const_method)
+            .ok()
+            .filter(|&p| p != 0)?;
+        let size = mem.read_u16(cm + self.cm_code_size).ok()? as u32;
+        Some((cm + self.cm_size, size))
+    }
+
+    pub fn read(&self, mem: &dyn TargetMemory, method: u64) -> Option<MethodName> {
+        let cm = mem
+            .read_u64(method + self.const_method)
+            .ok()
+            .filter(|&p| p != 0)?;
+        let cp = mem
+            .read_u64(cm + self.cm_constants)
+            .ok()
+            .filter(|&p| p != 0)?;
+        let holder = mem.read_u64(cp + self.cp_holder).ok().filter(|&p| p != 0)?;
+        let class = self.symbol(mem, mem.read_u64(holder + self.klass_name).ok()?)?;
+        let name = self.pool_symbol(mem, cp, mem.read_u16(cm + self.cm_name_index).ok()?)?;
+        let signature =
+            self.pool_symbol(mem, cp, mem.read_u16(cm + self.cm_signature_index).ok()?)?;
+        let code_size = mem.read_u16(cm + self.cm_code_size).ok()? as u32;
+        let flags = match self.cm_flags.1 {
+            2 => mem.read_u16(cm + self.cm_flags.0).ok()? as u32,
+            _ => mem.read_u32(cm + self.cm_flags.0).ok()?,
+        };
+        let lines = if flags & self.has_line_table != 0 {
+            self.line_table(mem, cm + self.cm_size + code_size as u64)
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        Some(MethodName {
+            class,
+            name,
+            signature,
+            code_size,
+            lines,
+        })
+    }
+
+    /// Decode the compressed line number table that follows the bytecodes.
+    fn line_table(&self, mem: &dyn TargetMemory, at: u64) -> Option<Vec<(u32, u32)>> {
+        let mut buf = vec![0u8; 4096];
+        let n = (0..=3)
+            .map(|shift| 4096usize >> (shift * 3))
+            .find(|&n| mem.read(at, &mut buf[..n]).is_ok())?;
+        buf.truncate(n);
+        Some(decode_line_table(&buf, self.unsigned5_bias))
+    }
+}
+
+/// HotSpot's CompressedLineNumberReadStream: a 0 byte ends the table; 0xFF is followed by two signed
+/// UNSIGNED5 deltas (bci, line); any other byte packs `bci_delta << 3 | line_delta`.
+pub fn decode_line_table(bytes: &[u8], bias: u8) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    let (mut bci, mut line) = (0i64, 0i64);
+    let mut at = 0;
+    while out.len() < MAX_LINE_ENTRIES {
+        let Some(&b) = bytes.get(at) else { break };
+        at += 1;
+        match b {
+            0 => break,
+            0xff => {
+                let (Some(db), Some(dl)) = (
+                    read_signed_unsigned5(bytes, &mut at, bias),
+                    read_signed_unsigned5(bytes, &mut at, bias),
+                ) else {
+                    break;
+                };
+                bci += db;
+                line += dl;
+            }
+            _ => {
+                bci += (b >> 3) as i64;
+                line += (b & 7) as i64;
+            }
+        }
+        if bci < 0 || line < 0 {
+            break;
+        }
+        out.push((bci as u32, line as u32));
+    }
+    out
+}
+
+/// UNSIGNED5 (lg_H = 6, L = 192 − bias), then zig-zag decoded.
+fn read_signed_unsigned5(bytes: &[u8], at: &mut usize, bias: u8) -> Option<i64> {
+    let x = bias as u32;
+    let low_limit = 192 + x;
+    let mut value: u64 = 0;
+    for i in 0..5 {
+        let b = *bytes.get(*at)? as u32;
+        *at += 1;
+        let digit = b.checked_sub(x)? as u64;
+        value += digit << (6 * i);
+        if b < low_limit {
+            break;
+        }
+    }
+    let v = value as u32;
+    Some(((v >> 1) as i32 ^ -((v & 1) as i32)) as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compact_and_escaped_line_entries() {
+        // (0, 10) via escape, then +8 bci +1 line compact, then an escaped jump back of −3 lines.
+        // Escape deltas are zig-zag: 10 → 20, −3 → 5; all below 192 so single bytes.
+        let table = [0xff, 0, 20, (8 << 3) | 1, 0xff, 4, 5, 0];
+        assert_eq!(
+            decode_line_table(&table, 0),
+            vec![(0, 10), (8, 11), (10, 8)]
+        );
+        // JDK 20+: every byte is biased by 1.
+        let table20 = [0xff, 1, 21, (8 << 3) | 1, 0];
+        assert_eq!(decode_line_table(&table20, 1), vec![(0, 10), (8, 11)]);
+        assert!(
+            decode_line_table(&[0xff, 250], 0).is_empty(),
+            "truncated escape"
+        );
+    }
+}

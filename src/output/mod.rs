@@ -1,0 +1,82 @@
+//! Writing a profile: format chosen by extension or `--format`; files are written to a temporary
+//! name and renamed, so a failed write never leaves a truncated file that looks complete.
+
+pub mod collapsed;
+pub mod flamegraph;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::profile::Profile;
+use std::io::Write;
+use std::path::Path;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Collapsed,
+    Svg,
+}
+
+pub struct OutputOptions {
+    pub threads: bool,
+}
+
+impl Format {
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "collapsed" | "txt" => Ok(Format::Collapsed),
+            "svg" | "flamegraph" => Ok(Format::Svg),
+            other => Err(Error::new(
+                ErrorKind::Usage,
+                format!("unknown output format {other:?} (use collapsed or svg)"),
+            )),
+        }
+    }
+
+    pub fn from_path(path: &Path) -> Result<Self> {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("collapsed") | Some("txt") => Ok(Format::Collapsed),
+            Some("svg") => Ok(Format::Svg),
+            _ => Err(Error::new(
+                ErrorKind::Usage,
+                format!(
+                    "cannot tell the format of {} from its extension: use .collapsed, .txt or .svg, or --format",
+                    path.display()
+                ),
+            )),
+        }
+    }
+}
+
+pub fn render(profile: &Profile, format: Format, opts: &OutputOptions) -> Result<Vec<u8>> {
+    match format {
+        Format::Collapsed => Ok(collapsed::render(profile, opts).into_bytes()),
+        Format::Svg => flamegraph::render(profile, opts),
+    }
+}
+
+/// Write `bytes` to `path` atomically (temporary file + rename).
+pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    let fail = |e: std::io::Error| {
+        Error::new(
+            ErrorKind::Output,
+            format!(
+                "cannot write {}: {e} (check free space and permissions)",
+                path.display()
+            ),
+        )
+    };
+    let tmp = path.with_file_name(format!(
+        ".{}.jvmperf-partial",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("out")
+    ));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(fail(e));
+    }
+    Ok(())
+}

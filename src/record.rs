@@ -1,0 +1,293 @@
+//! `jvmperf record`: attach, sample every thread, walk mixed Java/native stacks as samples arrive,
+//! and name the frames at the end against the time-versioned code map.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::live_jvm::LiveJvm;
+use crate::native::NativeUnwinder;
+use crate::output::{self, Format, OutputOptions};
+use crate::profile::{Frame, Profile, Sample};
+use crate::sampler::{Sampler, SamplerConfig};
+use crate::shim::protocol;
+use crate::symbolize::Symbolizer;
+use crate::unwind::{RawFrame, StackWalker};
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub struct RecordOptions {
+    pub pid: u32,
+    pub duration: Option<Duration>,
+    pub frequency_hz: u64,
+    pub stack_size: u32,
+    pub output: PathBuf,
+    pub format: Option<Format>,
+    pub threads: bool,
+    pub kernel: bool,
+    pub precise_inlining: bool,
+}
+
+/// A sample as walked, before symbolization.
+struct RawSample {
+    time: u64,
+    tid: u32,
+    stack: u32,
+    kernel: Vec<u64>,
+}
+
+#[derive(Default)]
+struct Counters {
+    walked: u64,
+    rooted: u64,
+}
+
+/// Walked stacks, interned (raw frames are stable per code address; names depend on time).
+#[derive(Default)]
+struct RawStacks {
+    stacks: Vec<Vec<RawFrame>>,
+    ids: HashMap<Vec<RawFrame>, u32>,
+}
+
+impl RawStacks {
+    fn intern(&mut self, frames: Vec<RawFrame>) -> u32 {
+        if let Some(&id) = self.ids.get(&frames) {
+            return id;
+        }
+        let id = self.stacks.len() as u32;
+        self.stacks.push(frames.clone());
+        self.ids.insert(frames, id);
+        id
+    }
+}
+
+pub fn run(opts: &RecordOptions) -> Result<()> {
+    let format = match opts.format {
+        Some(f) => f,
+        None => Format::from_path(&opts.output)?,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| Error::new(ErrorKind::Internal, format!("cannot handle signals: {e}")))?;
+    }
+    let mut live = LiveJvm::attach(opts.pid)?;
+    let native = NativeUnwinder::new(&live.process)?;
+    let mut walker = StackWalker::new(&live.hotspot, native);
+    let mut sampler = Sampler::open(
+        opts.pid,
+        &SamplerConfig {
+            frequency_hz: opts.frequency_hz,
+            stack_size: opts.stack_size,
+            kernel_callchain: opts.kernel,
+            ..Default::default()
+        },
+    )?;
+    let started = Instant::now();
+    let progress = std::io::stderr().is_terminal();
+    let mut raw_stacks = RawStacks::default();
+    let mut samples: Vec<RawSample> = Vec::new();
+    let mut counters = Counters::default();
+    let mut last_rescan = Instant::now();
+    let mut known_threads = 0usize;
+    let mut precise_requested = !opts.precise_inlining;
+    let mut ended = None;
+
+    loop {
+        let result = sampler.poll(Duration::from_millis(20), &mut |s| {
+            let walk = walker.walk(&s.regs, s.stack);
+            counters.walked += 1;
+            counters.rooted += u64::from(walk.rooted);
+            samples.push(RawSample {
+                time: s.time,
+                tid: s.tid,
+                stack: raw_stacks.intern(walk.frames),
+                kernel: s.kernel_ips.to_vec(),
+            });
+        });
+        if let Err(e) = result {
+            ended = Some(e.to_string());
+            break;
+        }
+        let before = live.state.records;
+        if let Err(e) = live.pump(Duration::from_millis(1)) {
+            ended = Some(e.to_string());
+            break;
+        }
+        if live.state.records != before {
+            walker.code_changed(&live.hotspot);
+            if live.state.thread_names.len() != known_threads {
+                known_threads = live.state.thread_names.len();
+                let tids: Vec<u32> = live.state.thread_names.keys().copied().collect();
+                for tid in tids {
+                    let _ = sampler.add_thread(tid);
+                }
+            }
+        }
+        if last_rescan.elapsed() > Duration::from_millis(200) {
+            sampler.rescan_threads();
+            last_rescan = Instant::now();
+        }
+        if !precise_requested && started.elapsed() > Duration::from_secs(1) {
+            precise_requested = true;
+            let hot = hot_replayed_methods(&live, &raw_stacks, &samples);
+            if !hot.is_empty() {
+                live.session.send(&protocol::encode_retransform(0, &hot))?;
+            }
+        }
+        let st = sampler.stats();
+        if progress {
+            eprint!(
+                "\rjvmperf: recording pid {} — {:.1} s, {} samples, {} lost   ",
+                opts.pid,
+                started.elapsed().as_secs_f64(),
+                st.samples,
+                st.lost
+            );
+        }
+        if stop.load(Ordering::Relaxed) || opts.duration.is_some_and(|d| started.elapsed() >= d) {
+            break;
+        }
+        if !live.process.is_alive() {
+            ended = Some(format!("process {} exited", opts.pid));
+            break;
+        }
+    }
+    sampler.disable();
+    let _ = sampler.poll(Duration::ZERO, &mut |s| {
+        let walk = walker.walk(&s.regs, s.stack);
+        counters.walked += 1;
+        counters.rooted += u64::from(walk.rooted);
+        samples.push(RawSample {
+            time: s.time,
+            tid: s.tid,
+            stack: raw_stacks.intern(walk.frames),
+            kernel: s.kernel_ips.to_vec(),
+        });
+    });
+    // Load records for code sampled at the very end may still be in flight.
+    let _ = live.pump(Duration::from_millis(100));
+    if progress {
+        eprintln!();
+    }
+    if samples.is_empty() {
+        return Err(Error::new(
+            ErrorKind::Sampling,
+            format!(
+                "no samples were collected from JVM {}{} (is it idle?)",
+                opts.pid,
+                ended.map(|e| format!(": {e}")).unwrap_or_default()
+            ),
+        ));
+    }
+
+    let mut profile = Profile::default();
+    profile.period_ns = 1_000_000_000 / opts.frequency_hz.max(1);
+    for tid in live.process.threads() {
+        if let Some(comm) = live.process.thread_comm(tid) {
+            profile.thread_names.insert(tid, comm);
+        }
+    }
+    profile
+        .thread_names
+        .extend(live.state.thread_names.iter().map(|(k, v)| (*k, v.clone())));
+    let methods = walker.method_layout().cloned();
+    let mem = live.hotspot.mem;
+    let mut symbolizer =
+        Symbolizer::new(&live.state.code, methods.as_ref(), mem, &mut walker.native);
+    let mut leaf_first: Vec<Frame> = Vec::new();
+    let mut precise_hits = 0u64;
+    let mut jit_top = 0u64;
+    for s in &samples {
+        leaf_first.clear();
+        for ip in &s.kernel {
+            leaf_first.push(symbolizer.kernel_frame(*ip));
+        }
+        let raw = &raw_stacks.stacks[s.stack as usize];
+        if let Some(RawFrame::Compiled { pc, .. }) =
+            raw.iter().find(|f| matches!(f, RawFrame::Compiled { .. }))
+        {
+            jit_top += 1;
+            if symbolizer
+                .code
+                .lookup(*pc, s.time)
+                .is_some_and(|e| !e.replayed)
+            {
+                precise_hits += 1;
+            }
+        }
+        for f in raw {
+            symbolizer.frames(f, s.time, &mut leaf_first);
+        }
+        let ids: Vec<u32> = leaf_first
+            .iter()
+            .rev()
+            .map(|f| profile.intern_frame(f.clone()))
+            .collect();
+        let stack = profile.intern_stack(ids);
+        profile.samples.push(Sample {
+            time: s.time,
+            tid: s.tid,
+            stack,
+        });
+    }
+    let unresolved = symbolizer.unresolved_compiled;
+    let bytes = output::render(
+        &profile,
+        format,
+        &OutputOptions {
+            threads: opts.threads,
+        },
+    )?;
+    output::write_file(&opts.output, &bytes)?;
+
+    let st = sampler.stats();
+    let n = samples.len() as f64;
+    eprintln!(
+        "jvmperf: {} samples in {:.1} s written to {} — {:.1}% unwound to a thread root, {} lost, {} compiled frames unresolved by the code map",
+        samples.len(),
+        started.elapsed().as_secs_f64(),
+        opts.output.display(),
+        100.0 * counters.rooted as f64 / counters.walked.max(1) as f64,
+        st.lost,
+        unresolved
+    );
+    eprintln!(
+        "jvmperf: precise inlining {}: {:.1}% of samples in JIT code hit code compiled after attach (exact pc→inline info); DebugNonSafepoints {}",
+        if opts.precise_inlining { "on" } else { "off" },
+        100.0 * precise_hits as f64 / jit_top.max(1) as f64,
+        if live.debug_non_safepoints { "on" } else { "off" }
+    );
+    if let Some(why) = ended {
+        eprintln!(
+            "jvmperf: recording ended early: {why}; what was collected ({} samples) was written",
+            n
+        );
+    }
+    Ok(())
+}
+
+/// Methods owning replayed (pre-attach) code that is hot in the samples so far.
+fn hot_replayed_methods(live: &LiveJvm, stacks: &RawStacks, samples: &[RawSample]) -> Vec<u64> {
+    let mut counts: HashMap<u64, u64> = HashMap::new();
+    for s in samples {
+        for f in &stacks.stacks[s.stack as usize] {
+            if let RawFrame::Compiled { pc, .. } = f {
+                if let Some(e) = live.state.code.lookup(*pc, s.time).filter(|e| e.replayed) {
+                    if let Some(m) = e.method() {
+                        *counts.entry(m).or_default() += 1;
+                    }
+                }
+                break;
+            }
+        }
+    }
+    let threshold = (samples.len() as u64 / 200).max(1);
+    let mut hot: Vec<(u64, u64)> = counts
+        .into_iter()
+        .filter(|&(_, c)| c >= threshold)
+        .collect();
+    hot.sort_by(|a, b| b.1.cmp(&a.1));
+    hot.into_iter().take(64).map(|(m, _)| m).collect()
+}

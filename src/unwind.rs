@@ -1,0 +1,374 @@
+//! Mixed-mode stack walking: HotSpot frames (compiled, interpreted, stubs) by their frame layout read
+//! through VMStructs, native frames by DWARF CFI (framehop), one frame at a time, so Java → native →
+//! Java transitions work in both directions. x86_64 only. Layout facts: hotspot-notes §3.
+
+use crate::hotspot::codecache::{BlobInfo, BlobKind, CodeCache};
+use crate::hotspot::method::MethodLayout;
+use crate::hotspot::HotSpot;
+use crate::native::{NativeRegs, NativeUnwinder, StepOutcome};
+use crate::sampler::Regs;
+use crate::target::{ProcessMemory, TargetMemory};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+const MAX_FRAMES: usize = 4096;
+
+/// Interpreter frame slots in words from rbp, x86_64, JDK 9+ (`frame_x86.hpp`; VMStructs exports
+/// only the sender-sp and last-sp slots).
+const INTERP_SENDER_SP: i64 = -1;
+const INTERP_METHOD: i64 = -3;
+const INTERP_BCP: i64 = -8;
+
+/// One frame as found on the stack, before names are attached.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RawFrame {
+    Native {
+        pc: u64,
+        return_address: bool,
+    },
+    /// Compiled Java code; `method` is the nmethod's `Method*` (a fallback when the shim has no record).
+    Compiled {
+        pc: u64,
+        method: u64,
+    },
+    Interpreted {
+        method: u64,
+        bci: i32,
+    },
+    Stub {
+        pc: u64,
+        blob: Arc<str>,
+    },
+}
+
+/// Why a walk stopped before reaching the thread's root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Truncation {
+    NoUserRegs,
+    UnknownCode,
+    BadStack,
+    TooDeep,
+    NativeFailed,
+}
+
+#[derive(Debug, Default)]
+pub struct Walk {
+    pub frames: Vec<RawFrame>,
+    /// The walk reached the end of the thread's stack.
+    pub rooted: bool,
+    pub truncated: Option<Truncation>,
+}
+
+/// The sampled stack: the kernel's copy from `sp`, and the live stack above it (older frames are
+/// still there unless the thread has returned through them since).
+struct StackView<'a> {
+    sp: u64,
+    bytes: &'a [u8],
+    mem: &'a ProcessMemory,
+}
+
+impl StackView<'_> {
+    fn read(&self, addr: u64) -> Result<u64, ()> {
+        let off = addr.checked_sub(self.sp).ok_or(())?;
+        if off + 8 <= self.bytes.len() as u64 {
+            let o = off as usize;
+            return Ok(u64::from_le_bytes(self.bytes[o..o + 8].try_into().unwrap()));
+        }
+        self.mem.read_u64(addr).map_err(|_| ())
+    }
+}
+
+pub struct StackWalker {
+    pub native: NativeUnwinder,
+    code_cache: Option<CodeCache>,
+    methods: Option<MethodLayout>,
+    mem: ProcessMemory,
+    blobs: HashMap<u64, Option<Arc<BlobInfo>>>,
+    call_stub_return: u64,
+}
+
+impl StackWalker {
+    pub fn new(hotspot: &HotSpot, native: NativeUnwinder) -> Self {
+        let vs = &hotspot.vmstructs;
+        let call_stub_return = vs
+            .address("StubRoutines", "_call_stub_return_address")
+            .and_then(|a| hotspot.mem.read_u64(a).ok())
+            .unwrap_or(0);
+        StackWalker {
+            native,
+            code_cache: CodeCache::discover(vs, &hotspot.mem),
+            methods: MethodLayout::discover(vs),
+            mem: hotspot.mem,
+            blobs: HashMap::new(),
+            call_stub_return,
+        }
+    }
+
+    pub fn method_layout(&self) -> Option<&MethodLayout> {
+        self.methods.as_ref()
+    }
+
+    /// Forget cached blob headers: call when the code cache changed (the shim reported loads or
+    /// unloads), since freed blobs' addresses are reused.
+    pub fn code_changed(&mut self, hotspot: &HotSpot) {
+        self.blobs.clear();
+        if let Some(cc) = self.code_cache.as_mut() {
+            cc.refresh(&hotspot.vmstructs, &hotspot.mem);
+        }
+    }
+
+    fn in_code_cache(&self, pc: u64) -> bool {
+        self.code_cache.as_ref().is_some_and(|cc| cc.contains(pc))
+    }
+
+    fn blob_for(&mut self, pc: u64) -> Option<Arc<BlobInfo>> {
+        let cc = self.code_cache.as_ref()?;
+        let start = cc.find_blob(&self.mem, pc)?;
+        let mem = self.mem;
+        self.blobs
+            .entry(start)
+            .or_insert_with(|| cc.read_blob(&mem, start).map(Arc::new))
+            .clone()
+            .filter(|b| b.start <= pc && pc < b.end)
+    }
+
+    fn plausible_return(&mut self, pc: u64) -> bool {
+        pc > 0x1000 && (self.in_code_cache(pc) || self.native.module_for(pc).is_some())
+    }
+
+    /// Walk one sample's user stack.
+    pub fn walk(&mut self, regs: &Regs, stack: &[u8]) -> Walk {
+        let mut walk = Walk::default();
+        if regs.abi == 0 || regs.sp == 0 {
+            walk.truncated = Some(Truncation::NoUserRegs);
+            return walk;
+        }
+        let mem = self.mem;
+        let view = StackView {
+            sp: regs.sp,
+            bytes: stack,
+            mem: &mem,
+        };
+        let mut r = NativeRegs {
+            pc: regs.ip,
+            sp: regs.sp,
+            bp: regs.bp,
+        };
+        let mut first = true;
+        while walk.frames.len() < MAX_FRAMES {
+            let next = if self.in_code_cache(r.pc) {
+                match self.blob_for(r.pc) {
+                    Some(blob) => self.java_step(&blob, r, first, regs, &view, &mut walk.frames),
+                    None => Err(Truncation::UnknownCode),
+                }
+            } else {
+                walk.frames.push(RawFrame::Native {
+                    pc: r.pc,
+                    return_address: !first,
+                });
+                let mut read = |a: u64| view.read(a);
+                match self.native.step(r, first, &mut read) {
+                    StepOutcome::Caller(c) => Ok(Some(c)),
+                    StepOutcome::Root => Ok(None),
+                    StepOutcome::NoModule => Err(Truncation::UnknownCode),
+                    StepOutcome::Failed(_) => Err(Truncation::NativeFailed),
+                }
+            };
+            match next {
+                Ok(Some(caller)) => {
+                    // Callers live at higher addresses; anything else is a corrupt or misread frame.
+                    if caller.sp <= r.sp || caller.pc == 0 {
+                        walk.truncated = Some(Truncation::BadStack);
+                        return walk;
+                    }
+                    r = caller;
+                    first = false;
+                }
+                Ok(None) => {
+                    walk.rooted = true;
+                    return walk;
+                }
+                Err(t) => {
+                    walk.truncated = Some(t);
+                    return walk;
+                }
+            }
+        }
+        walk.truncated = Some(Truncation::TooDeep);
+        walk
+    }
+
+    /// One HotSpot frame: record it and compute its caller's registers.
+    fn java_step(
+        &mut self,
+        blob: &BlobInfo,
+        r: NativeRegs,
+        first: bool,
+        regs: &Regs,
+        view: &StackView<'_>,
+        out: &mut Vec<RawFrame>,
+    ) -> Result<Option<NativeRegs>, Truncation> {
+        let rd = |a: u64| view.read(a).map_err(|_| Truncation::BadStack);
+        match blob.kind {
+            BlobKind::Nmethod | BlobKind::NativeNmethod => {
+                // A frame being deoptimized returns into the deopt handler; its real pc is saved in
+                // the frame.
+                let pc = if !first && blob.deopt_handler != 0 && r.pc == blob.deopt_handler {
+                    rd(r.sp.wrapping_add(blob.orig_pc_offset as u64))?
+                } else {
+                    r.pc
+                };
+                out.push(RawFrame::Compiled {
+                    pc,
+                    method: blob.method,
+                });
+                self.framed_caller(blob, r, first, view).map(Some)
+            }
+            BlobKind::Interpreter => self.interpreted_step(r, first, regs, view, out).map(Some),
+            BlobKind::Stub | BlobKind::FramedStub | BlobKind::VtableChunks => {
+                out.push(RawFrame::Stub {
+                    pc: r.pc,
+                    blob: Arc::from(blob.name.as_str()),
+                });
+                if r.pc == self.call_stub_return || blob.frame_size == 0 {
+                    // The call stub and StubRoutines keep rbp framed (`enter`), if they built a frame.
+                    let framed = r.bp > r.sp && r.bp - r.sp < 1 << 16;
+                    if framed && self.plausible_return(rd(r.bp + 8)?) {
+                        return Ok(Some(NativeRegs {
+                            pc: rd(r.bp + 8)?,
+                            sp: r.bp + 16,
+                            bp: rd(r.bp)?,
+                        }));
+                    }
+                    return Ok(Some(NativeRegs {
+                        pc: rd(r.sp)?,
+                        sp: r.sp + 8,
+                        bp: r.bp,
+                    }));
+                }
+                self.framed_caller(blob, r, first, view).map(Some)
+            }
+        }
+    }
+
+    /// The caller of a frame with a fixed size (nmethods, adapters, runtime stubs), including a top
+    /// frame caught in its prologue or epilogue.
+    fn framed_caller(
+        &mut self,
+        blob: &BlobInfo,
+        r: NativeRegs,
+        first: bool,
+        view: &StackView<'_>,
+    ) -> Result<NativeRegs, Truncation> {
+        let rd = |a: u64| view.read(a).map_err(|_| Truncation::BadStack);
+        let ret_at_sp = |this: &mut Self| -> Result<Option<NativeRegs>, Truncation> {
+            let pc = rd(r.sp)?;
+            Ok(this.plausible_return(pc).then_some(NativeRegs {
+                pc,
+                sp: r.sp + 8,
+                bp: r.bp,
+            }))
+        };
+        let after_push = || -> Result<NativeRegs, Truncation> {
+            Ok(NativeRegs {
+                pc: rd(r.sp + 8)?,
+                sp: r.sp + 16,
+                bp: rd(r.sp)?,
+            })
+        };
+        if first {
+            let in_prologue = blob.frame_complete.is_some_and(|fc| r.pc < fc);
+            if in_prologue {
+                return match ret_at_sp(self)? {
+                    Some(c) => Ok(c),
+                    None => after_push(),
+                };
+            }
+            let mut code = [0u8; 3];
+            if self.mem.read(r.pc, &mut code).is_ok() {
+                match code {
+                    // ret, or the return poll (`cmp rsp,[r15+d]` / `ja`) after the frame was popped.
+                    [0xc3, ..] | [0x49, 0x3b, 0xa7] | [0x0f, 0x87, _] | [0x4d, 0x8b, 0x97] => {
+                        if let Some(c) = ret_at_sp(self)? {
+                            return Ok(c);
+                        }
+                    }
+                    // pop rbp
+                    [0x5d, ..] => return after_push(),
+                    _ => {}
+                }
+            }
+        }
+        if blob.frame_size < 16 {
+            return Err(Truncation::UnknownCode);
+        }
+        let sender_sp = r.sp + blob.frame_size;
+        Ok(NativeRegs {
+            pc: rd(sender_sp - 8)?,
+            sp: sender_sp,
+            bp: rd(sender_sp - 16)?,
+        })
+    }
+
+    fn interpreted_step(
+        &mut self,
+        r: NativeRegs,
+        first: bool,
+        regs: &Regs,
+        view: &StackView<'_>,
+        out: &mut Vec<RawFrame>,
+    ) -> Result<NativeRegs, Truncation> {
+        let rd = |a: u64| view.read(a).map_err(|_| Truncation::BadStack);
+        let slot = |i: i64| r.bp.wrapping_add((i * 8) as u64);
+        let frame_ok = r.bp > r.sp && r.bp - r.sp < 1 << 20;
+        let method = if frame_ok {
+            rd(slot(INTERP_METHOD)).ok()
+        } else {
+            None
+        };
+        let code = method.and_then(|m| self.methods.as_ref()?.code_start(&self.mem, m));
+        let bci_of = |bcp: u64| -> Option<i32> {
+            let (start, size) = code?;
+            (bcp >= start && bcp < start + size as u64).then(|| (bcp - start) as i32)
+        };
+        match (method, code) {
+            (Some(method), Some(_)) => {
+                // The top frame's live bcp is in r13; callers saved theirs in the frame.
+                let bci = if first { bci_of(regs.r13) } else { None }
+                    .or_else(|| rd(slot(INTERP_BCP)).ok().and_then(bci_of))
+                    .unwrap_or(-1);
+                out.push(RawFrame::Interpreted { method, bci });
+                Ok(NativeRegs {
+                    pc: rd(r.bp + 8)?,
+                    sp: rd(slot(INTERP_SENDER_SP))?,
+                    bp: rd(r.bp)?,
+                })
+            }
+            _ if first => {
+                // Method entry, frame not built yet: rbx holds the Method*, the return pc is at sp.
+                let entry = self
+                    .methods
+                    .as_ref()
+                    .and_then(|l| l.code_start(&self.mem, regs.bx))
+                    .is_some();
+                out.push(if entry {
+                    RawFrame::Interpreted {
+                        method: regs.bx,
+                        bci: 0,
+                    }
+                } else {
+                    RawFrame::Stub {
+                        pc: r.pc,
+                        blob: Arc::from("Interpreter"),
+                    }
+                });
+                Ok(NativeRegs {
+                    pc: rd(r.sp)?,
+                    sp: r.sp + 8,
+                    bp: r.bp,
+                })
+            }
+            _ => Err(Truncation::BadStack),
+        }
+    }
+}
