@@ -288,6 +288,6 @@ fn hot_replayed_methods(live: &LiveJvm, stacks: &RawStacks, samples: &[RawSample
         .into_iter()
         .filter(|&(_, c)| c >= threshold)
         .collect();
-    hot.sort_by(|a, b| b.1.cmp(&a.1));
+    hot.sort_by_key(|&(_, c)| std::cmp::Reverse(c));
     hot.into_iter().take(64).map(|(m, _)| m).collect()
 }
