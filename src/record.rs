@@ -259,6 +259,14 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         100.0 * precise_hits as f64 / jit_top.max(1) as f64,
         if live.debug_non_safepoints { "on" } else { "off" }
     );
+    if let (Some(first), Some(last)) = (
+        samples.iter().map(|s| s.time).min(),
+        samples.iter().map(|s| s.time).max(),
+    ) {
+        eprintln!(
+            "jvmperf: sample window (CLOCK_MONOTONIC ns, as System.nanoTime): {first} {last}"
+        );
+    }
     if let Some(why) = ended {
         eprintln!(
             "jvmperf: recording ended early: {why}; what was collected ({} samples) was written",

@@ -1,37 +1,73 @@
-//! `jvmperf record` against a real JDK 17 running the Phases bench app.
+//! `jvmperf record` against a real JDK 17 running the Phases bench app, checked against the app's
+//! own per-phase CPU time (ThreadMXBean) over exactly the recorded window.
 
 mod common;
 
 use common::*;
 use std::collections::HashMap;
 
-const PHASES_FLAGS: &[&str] = &[
-    "-XX:CompileCommand=quiet",
-    "-XX:CompileCommand=inline,bench.Phases::inlinedHelper",
-    "-XX:CompileCommand=exclude,bench.Phases::interpretedPhase",
-];
+const PHASES: [&str; 4] = ["hotLoop", "interpretedPhase", "jniPhase", "recursivePhase"];
+const GT_KEYS: [&str; 4] = ["hotLoop", "interpreted", "jni", "recursive"];
 
-#[test]
-fn records_mixed_java_and_native_stacks_of_every_phase() {
-    let jvm = Jvm::start(PHASES_FLAGS, "bench.Phases", &[]);
+fn phases_flags(extra: &[&'static str]) -> Vec<&'static str> {
+    let mut v = vec![
+        "-XX:CompileCommand=quiet",
+        "-XX:CompileCommand=inline,bench.Phases::inlinedHelper",
+        "-XX:CompileCommand=exclude,bench.Phases::interpretedPhase",
+    ];
+    v.extend_from_slice(extra);
+    v
+}
+
+/// Cumulative per-phase CPU ns at `t`, interpolated between the app's `GT` lines.
+fn ground_truth_at(lines: &[String], t: u64) -> [f64; 4] {
+    let points: Vec<(u64, [f64; 4])> = lines
+        .iter()
+        .filter_map(|l| {
+            let mut it = l.strip_prefix("GT ")?.split_whitespace();
+            let time: u64 = it.next()?.parse().ok()?;
+            let mut v = [0.0; 4];
+            for kv in it {
+                let (k, n) = kv.split_once('=')?;
+                let i = GT_KEYS.iter().position(|g| *g == k)?;
+                v[i] = n.parse().ok()?;
+            }
+            Some((time, v))
+        })
+        .collect();
+    let after = points
+        .iter()
+        .position(|p| p.0 >= t)
+        .expect("GT line after the window");
+    assert!(after > 0, "GT line before the window");
+    let (t0, a) = points[after - 1];
+    let (t1, b) = points[after];
+    let f = (t - t0) as f64 / (t1 - t0).max(1) as f64;
+    std::array::from_fn(|i| a[i] + f * (b[i] - a[i]))
+}
+
+fn record_phases(extra_jvm_flags: &[&'static str]) {
+    let jvm = Jvm::start(&phases_flags(extra_jvm_flags), "bench.Phases", &[]);
     let dir = std::env::temp_dir().join(format!("jvmperf-record-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("phases.collapsed");
+    let out = dir.join(format!("phases-{}.collapsed", extra_jvm_flags.len()));
     let res = run_jvmperf(&[
         "record",
         "-p",
         &jvm.pid.to_string(),
         "-d",
-        "4",
+        "7",
         "-F",
-        "499",
+        "999",
         "--threads",
+        "--precise-inlining",
         "-o",
         out.to_str().unwrap(),
     ]);
     let err = stderr_of(&res);
     assert!(res.status.success(), "record failed: {err}");
     assert!(jvm.is_alive());
+    std::thread::sleep(std::time::Duration::from_millis(300));
 
     let rooted: f64 = err
         .split("% unwound to a thread root")
@@ -43,11 +79,18 @@ fn records_mixed_java_and_native_stacks_of_every_phase() {
         rooted >= 98.0,
         "only {rooted}% of stacks reached a thread root"
     );
+    let window: Vec<u64> = err
+        .lines()
+        .find_map(|l| l.split_once("as System.nanoTime): ").map(|(_, w)| w))
+        .expect("sample window")
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
 
     let text = std::fs::read_to_string(&out).unwrap();
     let mut phase: HashMap<&str, u64> = HashMap::new();
-    let (mut worker_total, mut deepest_recursion, mut libz_leaf, mut jni) =
-        (0u64, 0usize, 0u64, 0u64);
+    let (mut worker_total, mut deepest, mut libz_leaf, mut jni, mut hot, mut hot_inlined) =
+        (0u64, 0usize, 0u64, 0u64, 0u64, 0u64);
     for line in text.lines() {
         let (stack, n) = line.rsplit_once(' ').unwrap();
         let n: u64 = n.parse().unwrap();
@@ -55,40 +98,68 @@ fn records_mixed_java_and_native_stacks_of_every_phase() {
             continue;
         }
         worker_total += n;
-        for p in ["hotLoop", "interpretedPhase", "jniPhase", "recursivePhase"] {
+        for p in PHASES {
             if stack.contains(&format!("bench.Phases.{p}_[")) {
                 *phase.entry(p).or_default() += n;
             }
         }
-        deepest_recursion = deepest_recursion.max(stack.matches("bench.Phases.recurse_[").count());
+        deepest = deepest.max(stack.matches("bench.Phases.recurse_[").count());
         if stack.contains("bench.Phases.jniPhase_[") {
             jni += n;
             let leaf = stack.rsplit(';').next().unwrap();
-            if !leaf.ends_with(']') {
+            if leaf.starts_with("libz.so") || (!leaf.ends_with(']') && stack.contains("deflate")) {
                 libz_leaf += n;
             }
         }
+        if stack.contains("bench.Phases.hotLoop_[j]") {
+            hot += n;
+            if stack.contains("bench.Phases.inlinedHelper_[i]") {
+                hot_inlined += n;
+            }
+        }
     }
-    assert!(worker_total > 500, "too few worker samples: {worker_total}");
-    for p in ["hotLoop", "interpretedPhase", "jniPhase", "recursivePhase"] {
-        let share = *phase.get(p).unwrap_or(&0) as f64 / worker_total as f64;
+    assert!(
+        worker_total >= 3000,
+        "too few worker samples: {worker_total}"
+    );
+
+    let (g0, g1) = (
+        ground_truth_at(&jvm.stdout_lines(), window[0]),
+        ground_truth_at(&jvm.stdout_lines(), window[1]),
+    );
+    let truth: Vec<f64> = (0..4).map(|i| g1[i] - g0[i]).collect();
+    let truth_total: f64 = truth.iter().sum();
+    for (i, p) in PHASES.iter().enumerate() {
+        let measured = 100.0 * *phase.get(p).unwrap_or(&0) as f64 / worker_total as f64;
+        let expected = 100.0 * truth[i] / truth_total;
+        eprintln!("{p}: {measured:.2}% of {worker_total} samples, ground truth {expected:.2}%");
         assert!(
-            (0.15..0.35).contains(&share),
-            "{p} has {:.1}% of worker samples",
-            share * 100.0
+            (measured - expected).abs() <= 1.5,
+            "{p}: {measured:.2}% of samples vs {expected:.2}% of CPU time (ground truth)"
         );
     }
     assert!(
         text.contains("bench.Phases.interpretedPhase_[0]"),
-        "the never-compiled method is named as interpreted"
+        "interpreted method named"
+    );
+    assert!(deepest >= 100, "deepest recursion seen: {deepest}");
+    assert!(
+        10 * libz_leaf >= 7 * jni,
+        "Deflater samples ending in libz: {libz_leaf} of {jni}"
     );
     assert!(
-        deepest_recursion >= 100,
-        "deepest recursion seen: {deepest_recursion}"
+        2 * hot_inlined >= hot,
+        "hot loop samples with the inlined helper: {hot_inlined} of {hot}"
     );
-    assert!(
-        libz_leaf * 2 >= jni,
-        "most Deflater samples should end in native code: {libz_leaf} of {jni}"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&out);
+}
+
+#[test]
+fn phases_match_ground_truth() {
+    record_phases(&[]);
+}
+
+#[test]
+fn phases_match_ground_truth_with_frame_pointers() {
+    record_phases(&["-XX:+PreserveFramePointer"]);
 }
