@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(openjdk-17-jdk-headless gcc libc6-dev)
 # Debug info for libjvm gives native HotSpot frames their names; it must match the JDK's exact version.
-optional=(openjdk-17-dbg linux-perf)
+optional=(openjdk-17-dbg linux-perf dwz libc6-dbg)
 
 missing=()
 for p in "${packages[@]}" "${optional[@]}"; do

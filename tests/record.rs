@@ -163,3 +163,54 @@ fn phases_match_ground_truth() {
 fn phases_match_ground_truth_with_frame_pointers() {
     record_phases(&["-XX:+PreserveFramePointer"]);
 }
+
+#[test]
+fn target_exit_and_sigterm_still_write_what_was_collected() {
+    let dir = std::env::temp_dir().join(format!("jvmperf-partial-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // The target exits 3 s after READY while jvmperf records without a duration.
+    let jvm = Jvm::start(&[], "bench.InlineHot", &["3"]);
+    let out = dir.join("exit.collapsed");
+    let res = run_jvmperf(&[
+        "record",
+        "-p",
+        &jvm.pid.to_string(),
+        "-F",
+        "199",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let err = stderr_of(&res);
+    assert!(res.status.success(), "{err}");
+    assert!(err.contains("recording ended early"), "{err}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.contains("bench.InlineHot.hotLoop_[j]"), "{text}");
+
+    // SIGTERM ends an open-ended recording cleanly.
+    let jvm = Jvm::start(&[], "bench.InlineHot", &[]);
+    let out = dir.join("term.svg");
+    let child = jvmperf()
+        .args([
+            "record",
+            "-p",
+            &jvm.pid.to_string(),
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let res = child.wait_with_output().unwrap();
+    assert!(res.status.success(), "{}", stderr_of(&res));
+    let svg = std::fs::read_to_string(&out).unwrap();
+    assert!(svg.starts_with("<?xml") && svg.contains("bench.InlineHot.hotLoop"));
+    assert!(jvm.is_alive());
+    let _ = std::fs::remove_dir_all(&dir);
+}
