@@ -97,19 +97,12 @@ fn force_precise_inlining(live: &mut LiveJvm, settle: Duration) -> Result<String
 }
 
 fn write_output(path: Option<&PathBuf>, bytes: &[u8]) -> Result<()> {
-    let fail = |p: &str, e: std::io::Error| {
-        Error::new(ErrorKind::Output, format!("cannot write {p}: {e}"))
-    };
     match path {
-        Some(p) => {
-            let tmp = p.with_extension("jvmperf-tmp");
-            std::fs::write(&tmp, bytes).map_err(|e| fail(&tmp.display().to_string(), e))?;
-            std::fs::rename(&tmp, p).map_err(|e| fail(&p.display().to_string(), e))
-        }
+        Some(p) => crate::output::write_file(p, bytes),
         None => std::io::stdout()
             .lock()
             .write_all(bytes)
-            .map_err(|e| fail("stdout", e)),
+            .map_err(|e| Error::new(ErrorKind::Output, format!("cannot write to stdout: {e}"))),
     }
 }
 

@@ -37,28 +37,37 @@ struct RawSample {
     kernel: Vec<u64>,
 }
 
+/// Walked stacks, interned (raw frames are stable per code address; names depend on time), and
+/// the samples that point at them.
 #[derive(Default)]
-struct Counters {
+struct Collected {
+    stacks: Vec<Vec<RawFrame>>,
+    ids: HashMap<Vec<RawFrame>, u32>,
+    samples: Vec<RawSample>,
     walked: u64,
     rooted: u64,
 }
 
-/// Walked stacks, interned (raw frames are stable per code address; names depend on time).
-#[derive(Default)]
-struct RawStacks {
-    stacks: Vec<Vec<RawFrame>>,
-    ids: HashMap<Vec<RawFrame>, u32>,
-}
-
-impl RawStacks {
-    fn intern(&mut self, frames: Vec<RawFrame>) -> u32 {
-        if let Some(&id) = self.ids.get(&frames) {
-            return id;
-        }
-        let id = self.stacks.len() as u32;
-        self.stacks.push(frames.clone());
-        self.ids.insert(frames, id);
-        id
+impl Collected {
+    fn add(&mut self, walker: &mut StackWalker, s: &crate::sampler::Sample<'_>) {
+        let walk = walker.walk(&s.regs, s.stack);
+        self.walked += 1;
+        self.rooted += u64::from(walk.rooted);
+        let stack = match self.ids.get(&walk.frames) {
+            Some(&id) => id,
+            None => {
+                let id = self.stacks.len() as u32;
+                self.stacks.push(walk.frames.clone());
+                self.ids.insert(walk.frames, id);
+                id
+            }
+        };
+        self.samples.push(RawSample {
+            time: s.time,
+            tid: s.tid,
+            stack,
+            kernel: s.kernel_ips.to_vec(),
+        });
     }
 }
 
@@ -86,9 +95,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
     )?;
     let started = Instant::now();
     let progress = std::io::stderr().is_terminal();
-    let mut raw_stacks = RawStacks::default();
-    let mut samples: Vec<RawSample> = Vec::new();
-    let mut counters = Counters::default();
+    let mut collected = Collected::default();
     let mut last_rescan = Instant::now();
     let mut known_threads = 0usize;
     let mut precise_requested = !opts.precise_inlining;
@@ -96,15 +103,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
 
     loop {
         let result = sampler.poll(Duration::from_millis(20), &mut |s| {
-            let walk = walker.walk(&s.regs, s.stack);
-            counters.walked += 1;
-            counters.rooted += u64::from(walk.rooted);
-            samples.push(RawSample {
-                time: s.time,
-                tid: s.tid,
-                stack: raw_stacks.intern(walk.frames),
-                kernel: s.kernel_ips.to_vec(),
-            });
+            collected.add(&mut walker, s)
         });
         if let Err(e) = result {
             ended = Some(e.to_string());
@@ -131,7 +130,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         }
         if !precise_requested && started.elapsed() > Duration::from_secs(1) {
             precise_requested = true;
-            let hot = hot_replayed_methods(&live, &raw_stacks, &samples);
+            let hot = hot_replayed_methods(&live, &collected);
             if !hot.is_empty() {
                 live.session.send(&protocol::encode_retransform(0, &hot))?;
             }
@@ -155,22 +154,13 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         }
     }
     sampler.disable();
-    let _ = sampler.poll(Duration::ZERO, &mut |s| {
-        let walk = walker.walk(&s.regs, s.stack);
-        counters.walked += 1;
-        counters.rooted += u64::from(walk.rooted);
-        samples.push(RawSample {
-            time: s.time,
-            tid: s.tid,
-            stack: raw_stacks.intern(walk.frames),
-            kernel: s.kernel_ips.to_vec(),
-        });
-    });
+    let _ = sampler.poll(Duration::ZERO, &mut |s| collected.add(&mut walker, s));
     // Load records for code sampled at the very end may still be in flight.
     let _ = live.pump(Duration::from_millis(100));
     if progress {
         eprintln!();
     }
+    let samples = &collected.samples;
     if samples.is_empty() {
         return Err(Error::new(
             ErrorKind::Sampling,
@@ -199,12 +189,12 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
     let mut leaf_first: Vec<Frame> = Vec::new();
     let mut precise_hits = 0u64;
     let mut jit_top = 0u64;
-    for s in &samples {
+    for s in samples {
         leaf_first.clear();
         for ip in &s.kernel {
             leaf_first.push(symbolizer.kernel_frame(*ip));
         }
-        let raw = &raw_stacks.stacks[s.stack as usize];
+        let raw = &collected.stacks[s.stack as usize];
         if let Some(RawFrame::Compiled { pc, .. }) =
             raw.iter().find(|f| matches!(f, RawFrame::Compiled { .. }))
         {
@@ -249,7 +239,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         samples.len(),
         started.elapsed().as_secs_f64(),
         opts.output.display(),
-        100.0 * counters.rooted as f64 / counters.walked.max(1) as f64,
+        100.0 * collected.rooted as f64 / collected.walked.max(1) as f64,
         st.lost,
         unresolved
     );
@@ -277,10 +267,10 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
 }
 
 /// Methods owning replayed (pre-attach) code that is hot in the samples so far.
-fn hot_replayed_methods(live: &LiveJvm, stacks: &RawStacks, samples: &[RawSample]) -> Vec<u64> {
+fn hot_replayed_methods(live: &LiveJvm, collected: &Collected) -> Vec<u64> {
     let mut counts: HashMap<u64, u64> = HashMap::new();
-    for s in samples {
-        for f in &stacks.stacks[s.stack as usize] {
+    for s in &collected.samples {
+        for f in &collected.stacks[s.stack as usize] {
             if let RawFrame::Compiled { pc, .. } = f {
                 if let Some(e) = live.state.code.lookup(*pc, s.time).filter(|e| e.replayed) {
                     if let Some(m) = e.method() {
@@ -291,7 +281,7 @@ fn hot_replayed_methods(live: &LiveJvm, stacks: &RawStacks, samples: &[RawSample
             }
         }
     }
-    let threshold = (samples.len() as u64 / 200).max(1);
+    let threshold = (collected.samples.len() as u64 / 200).max(1);
     let mut hot: Vec<(u64, u64)> = counts
         .into_iter()
         .filter(|&(_, c)| c >= threshold)

@@ -9,6 +9,30 @@ use crate::profile::Profile;
 use std::io::Write;
 use std::path::Path;
 
+#[cfg(test)]
+mod tests {
+    use super::write_file;
+
+    #[test]
+    fn special_files_are_written_not_replaced() {
+        write_file(std::path::Path::new("/dev/null"), b"x").unwrap();
+        let meta = std::fs::metadata("/dev/null").unwrap();
+        assert!(!meta.file_type().is_file(), "/dev/null must stay a device");
+        let dir = std::env::temp_dir().join(format!("jvmperf-out-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("a.collapsed");
+        write_file(&f, b"one").unwrap();
+        write_file(&f, b"two").unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"two");
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            1,
+            "no temporary left behind"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     Collapsed,
@@ -53,7 +77,8 @@ pub fn render(profile: &Profile, format: Format, opts: &OutputOptions) -> Result
     }
 }
 
-/// Write `bytes` to `path` atomically (temporary file + rename).
+/// Write `bytes` to `path`: a regular file atomically (temporary file + rename); anything else that
+/// exists (`/dev/null`, a FIFO, a terminal) directly, since renaming over it would replace it.
 pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
     let fail = |e: std::io::Error| {
         Error::new(
@@ -64,6 +89,13 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
             ),
         )
     };
+    if std::fs::metadata(path).is_ok_and(|m| !m.file_type().is_file()) {
+        return std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(bytes))
+            .map_err(fail);
+    }
     let tmp = path.with_file_name(format!(
         ".{}.jvmperf-partial",
         path.file_name().and_then(|n| n.to_str()).unwrap_or("out")

@@ -1,0 +1,99 @@
+package bench;
+
+/**
+ * Fixed-size units of CPU-bound work on N threads, counted, for profiler overhead benchmarks.
+ *
+ * <p>Each worker thread ({@code throughput-worker-0}, {@code -1}, ...) repeats one unit of work:
+ * {@link #recurse} goes {@value #DEPTH} Java frames deep and runs an arithmetic loop of {@value
+ * #LOOP} iterations at the bottom (a few microseconds). After each unit the worker publishes its
+ * count. Every 100 ms the main thread prints {@code WORK <System.nanoTime()> <units>}: the units
+ * completed by all workers since they started. The rate of work between two WORK lines, with and
+ * without a profiler attached, gives the profiler's cost.
+ *
+ * <p>Run with {@code java -cp target/bench-apps/classes bench.Throughput [--threads N]
+ * [seconds]} (default 2 threads). Prints {@code READY} after 2 s of warm-up.
+ */
+public final class Throughput {
+    static final int DEPTH = 32;
+    static final int LOOP = 4000;
+    static final long WARMUP_NANOS = 2_000_000_000L;
+    static final long REPORT_NANOS = 100_000_000L;
+
+    /** Results are published here so the work cannot be optimized away. */
+    static volatile long sink;
+
+    private Throughput() {}
+
+    static final class Worker extends Thread {
+        volatile long units;
+
+        Worker(int i) {
+            super("throughput-worker-" + i);
+            setDaemon(true);
+        }
+
+        @Override
+        public void run() {
+            long seed = getId();
+            long done = 0;
+            while (true) {
+                seed = recurse(DEPTH, seed);
+                units = ++done;
+                if ((done & 1023) == 0) {
+                    sink = seed;
+                }
+            }
+        }
+    }
+
+    static long recurse(int depth, long seed) {
+        if (depth == 0) {
+            return compute(seed);
+        }
+        return recurse(depth - 1, seed + depth) ^ depth;
+    }
+
+    static long compute(long seed) {
+        long x = seed;
+        for (int i = 0; i < LOOP; i++) {
+            x = x * 6364136223846793005L + 1442695040888963407L;
+            x ^= x >>> 29;
+        }
+        return x;
+    }
+
+    public static void main(String[] args) throws InterruptedException {
+        int threads = 2;
+        long seconds = -1;
+        for (int i = 0; i < args.length; i++) {
+            if (args[i].equals("--threads")) {
+                threads = Integer.parseInt(args[++i]);
+            } else {
+                seconds = Long.parseLong(args[i]);
+            }
+        }
+        Worker[] workers = new Worker[threads];
+        for (int i = 0; i < threads; i++) {
+            workers[i] = new Worker(i);
+            workers[i].start();
+        }
+        Thread.sleep(WARMUP_NANOS / 1_000_000);
+        System.out.println("READY");
+        System.out.flush();
+        long start = System.nanoTime();
+        long next = start;
+        while (seconds < 0 || System.nanoTime() - start < seconds * 1_000_000_000L) {
+            long total = 0;
+            for (Worker w : workers) {
+                total += w.units;
+            }
+            System.out.println("WORK " + System.nanoTime() + " " + total);
+            System.out.flush();
+            next += REPORT_NANOS;
+            long sleep = next - System.nanoTime();
+            if (sleep > 0) {
+                Thread.sleep(sleep / 1_000_000, (int) (sleep % 1_000_000));
+            }
+        }
+    }
+}
