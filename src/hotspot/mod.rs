@@ -66,3 +66,93 @@ impl HotSpot {
         }
     }
 }
+
+#[cfg(test)]
+mod fixture_tests {
+    //! VMStructs, the flag table and the code cache layout read from memory captured from a real
+    //! JDK 17 (`cargo run --example capture_vmstructs`).
+    use super::codecache::CodeCache;
+    use super::flags::FlagTable;
+    use super::method::MethodLayout;
+    use super::vmstructs::VmStructs;
+    use crate::target::{SnapshotMemory, TargetMemory};
+    use std::collections::HashMap;
+
+    fn fixture() -> (SnapshotMemory, HashMap<String, u64>) {
+        let mem =
+            SnapshotMemory::from_bytes(include_bytes!("../../tests/fixtures/jdk17-vmstructs.mem"))
+                .expect("snapshot");
+        let symbols = include_str!("../../tests/fixtures/jdk17-vmstructs.symbols")
+            .lines()
+            .filter_map(|l| {
+                let (name, addr) = l.split_once(' ')?;
+                Some((
+                    name.to_string(),
+                    u64::from_str_radix(addr.trim_start_matches("0x"), 16).ok()?,
+                ))
+            })
+            .collect();
+        (mem, symbols)
+    }
+
+    #[test]
+    fn jdk17_tables_flags_and_code_cache() {
+        let (mem, symbols) = fixture();
+        let vs = VmStructs::read(&mem, &symbols).expect("VMStructs");
+        assert!(vs.fields.len() > 500 && vs.types.len() > 500);
+        assert_eq!(vs.offset("CodeBlob", "_frame_size"), Some(28));
+        assert_eq!(vs.size("nmethod"), Some(352));
+        assert!(vs
+            .address("StubRoutines", "_call_stub_return_address")
+            .is_some());
+        let flags = FlagTable::locate(&vs, &mem).unwrap().unwrap();
+        assert_eq!(
+            flags.read_bool(&mem, "DisableAttachMechanism").unwrap(),
+            Some(false)
+        );
+        assert_eq!(
+            flags.read_bool(&mem, "EnableDynamicAgentLoading").unwrap(),
+            Some(true)
+        );
+        assert!(flags
+            .read_bool(&mem, "DebugNonSafepoints")
+            .unwrap()
+            .is_some());
+        let cc = CodeCache::discover(&vs, &mem).expect("code cache");
+        assert!(cc.low < cc.high);
+        assert!(MethodLayout::discover(&vs).is_some());
+    }
+
+    /// Corrupt memory: every failure is an error, never a panic or an endless loop.
+    #[test]
+    fn corrupt_snapshots_fail_cleanly() {
+        let (mem, symbols) = fixture();
+        let stride_var = symbols["gHotSpotVMStructEntryArrayStride"];
+        for stride in [0u64, 7, 1 << 40] {
+            let mut bad = mem.clone();
+            bad.add(stride_var, stride.to_le_bytes().to_vec());
+            let r = VmStructs::read(&bad, &symbols);
+            assert!(stride == 7 && r.is_ok() || r.is_err(), "stride {stride}");
+        }
+        let mut bytes = mem.to_bytes();
+        // Flip bytes inside every captured region (not its header): reads may fail or give
+        // nonsense, but never panic.
+        let mut at = 0;
+        while at + 16 <= bytes.len() {
+            let len = u64::from_le_bytes(bytes[at + 8..at + 16].try_into().unwrap()) as usize;
+            for i in (at + 16..at + 16 + len).step_by(97) {
+                bytes[i] ^= 0x5a;
+            }
+            at += 16 + len;
+        }
+        let bad = SnapshotMemory::from_bytes(&bytes).unwrap();
+        if let Ok(vs) = VmStructs::read(&bad, &symbols) {
+            let _ = CodeCache::discover(&vs, &bad);
+            if let Some(Ok(flags)) = FlagTable::locate(&vs, &bad) {
+                let _ = flags.read_bool(&bad, "DebugNonSafepoints");
+            }
+        }
+        assert!(VmStructs::read(&SnapshotMemory::new(), &symbols).is_err());
+        let _ = mem.read_u8(0);
+    }
+}

@@ -78,6 +78,12 @@ pub trait TargetMemory {
     }
 }
 
+impl<M: TargetMemory + ?Sized> TargetMemory for &M {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        (**self).read(addr, buf)
+    }
+}
+
 /// The memory of a live process, through `process_vm_readv` (needs PTRACE_MODE_ATTACH rights).
 #[derive(Debug, Clone, Copy)]
 pub struct ProcessMemory {
