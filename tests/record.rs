@@ -6,6 +6,9 @@ mod common;
 use common::*;
 use std::collections::HashMap;
 
+/// Accuracy needs the CPU: recordings in this file run one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 const PHASES: [&str; 4] = ["hotLoop", "interpretedPhase", "jniPhase", "recursivePhase"];
 const GT_KEYS: [&str; 4] = ["hotLoop", "interpreted", "jni", "recursive"];
 
@@ -47,6 +50,7 @@ fn ground_truth_at(lines: &[String], t: u64) -> [f64; 4] {
 }
 
 fn record_phases(extra_jvm_flags: &[&'static str]) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let jvm = Jvm::start(&phases_flags(extra_jvm_flags), "bench.Phases", &[]);
     let dir = std::env::temp_dir().join(format!("jvmperf-record-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -166,6 +170,7 @@ fn phases_match_ground_truth_with_frame_pointers() {
 
 #[test]
 fn target_exit_and_sigterm_still_write_what_was_collected() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!("jvmperf-partial-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
 
