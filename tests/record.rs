@@ -123,7 +123,7 @@ fn record_phases(extra_jvm_flags: &[&'static str]) {
         }
     }
     assert!(
-        worker_total >= 3000,
+        worker_total >= 5000,
         "too few worker samples: {worker_total}"
     );
 

@@ -149,9 +149,14 @@ pub fn stderr_of(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// The JDK that compiled the bench apps (its `javap` reads them; test JDKs may be runtimes only).
+pub fn build_java_home() -> PathBuf {
+    PathBuf::from("/usr/lib/jvm/java-17-openjdk-amd64")
+}
+
 /// The bytecode index of the first `invoke*` of `callee` inside `method` of `class`, from `javap -c`.
 pub fn call_site_bci(class: &str, method: &str, callee: &str) -> i32 {
-    let out = Command::new(java_home().join("bin/javap"))
+    let out = Command::new(build_java_home().join("bin/javap"))
         .args(["-c", "-p", "-cp"])
         .arg(bench_classes())
         .arg(class)

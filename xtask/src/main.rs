@@ -6,6 +6,7 @@
 mod bench_apps;
 mod bench_attach;
 mod bench_jvm;
+mod bench_record;
 mod demo;
 mod jdk;
 mod many_methods_gen;
@@ -21,7 +22,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "bench",
-        "benchmarks: `bench attach` (time to a complete code map, replay rate)",
+        "benchmarks: `bench attach` (time to a complete code map, replay rate), `bench record` (cost per sample vs JFR)",
     ),
     (
         "demo",
@@ -48,7 +49,8 @@ fn run(args: &[String]) -> Result<()> {
         "bench-apps" => bench_apps::main(rest),
         "bench" => match rest.split_first() {
             Some((name, args)) if name == "attach" => bench_attach::main(args),
-            _ => bail!("usage: cargo xtask bench attach"),
+            Some((name, args)) if name == "record" => bench_record::main(args),
+            _ => bail!("usage: cargo xtask bench attach|record"),
         },
         "demo" => demo::main(rest),
         "help" | "-h" | "--help" => {
