@@ -60,7 +60,7 @@ fn record_phases(extra_jvm_flags: &[&'static str]) {
         "-p",
         &jvm.pid.to_string(),
         "-d",
-        "7",
+        "12",
         "-F",
         "999",
         "--threads",
