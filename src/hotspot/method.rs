@@ -22,8 +22,6 @@ pub struct MethodLayout {
     klass_name: u64,
     sym_length: u64,
     sym_body: u64,
-    /// UNSIGNED5 bias: 1 from JDK 20 (JDK-8292758), 0 before.
-    unsigned5_bias: u8,
 }
 
 /// A method as read from the target.
@@ -62,8 +60,6 @@ impl MethodLayout {
             klass_name: off("Klass", "_name")?,
             sym_length: off("Symbol", "_length")?,
             sym_body: off("Symbol", "_body").or_else(|| off("Symbol", "_body[0]"))?,
-            // The UNSIGNED5 class arrived with the encoding change in JDK 20.
-            unsigned5_bias: u8::from(vs.types.contains_key("UNSIGNED5")),
         })
     }
 
@@ -112,7 +108,7 @@ impl MethodLayout {
             _ => mem.read_u32(cm + self.cm_flags.0).ok()?,
         };
         let lines = if flags & self.has_line_table != 0 {
-            self.line_table(mem, cm + self.cm_size + code_size as u64)
+            self.line_table(mem, cm + self.cm_size + code_size as u64, code_size)
                 .unwrap_or_default()
         } else {
             Vec::new()
@@ -127,36 +123,43 @@ impl MethodLayout {
     }
 
     /// Decode the compressed line number table that follows the bytecodes.
-    fn line_table(&self, mem: &dyn TargetMemory, at: u64) -> Option<Vec<(u32, u32)>> {
+    ///
+    /// Its escaped values are UNSIGNED5 numbers whose byte bias changed from 0 to 1 in JDK 20
+    /// (JDK-8292758), and VMStructs does not say which a JVM uses; the wrong bias yields a table
+    /// that does not end cleanly or points past the bytecodes, so both are tried.
+    fn line_table(
+        &self,
+        mem: &dyn TargetMemory,
+        at: u64,
+        code_size: u32,
+    ) -> Option<Vec<(u32, u32)>> {
         let mut buf = vec![0u8; 4096];
         let n = (0..=3)
             .map(|shift| 4096usize >> (shift * 3))
             .find(|&n| mem.read(at, &mut buf[..n]).is_ok())?;
         buf.truncate(n);
-        Some(decode_line_table(&buf, self.unsigned5_bias))
+        [1u8, 0]
+            .into_iter()
+            .filter_map(|bias| decode_line_table(&buf, bias))
+            .find(|t| t.iter().all(|&(bci, _)| bci < code_size.max(1)))
     }
 }
 
 /// HotSpot's CompressedLineNumberReadStream: a 0 byte ends the table; 0xFF is followed by two signed
-/// UNSIGNED5 deltas (bci, line); any other byte packs `bci_delta << 3 | line_delta`.
-pub fn decode_line_table(bytes: &[u8], bias: u8) -> Vec<(u32, u32)> {
+/// UNSIGNED5 deltas (bci, line); any other byte packs `bci_delta << 3 | line_delta`. `None` if the
+/// bytes do not form a table that ends with its terminator.
+pub fn decode_line_table(bytes: &[u8], bias: u8) -> Option<Vec<(u32, u32)>> {
     let mut out = Vec::new();
     let (mut bci, mut line) = (0i64, 0i64);
     let mut at = 0;
     while out.len() < MAX_LINE_ENTRIES {
-        let Some(&b) = bytes.get(at) else { break };
+        let b = *bytes.get(at)?;
         at += 1;
         match b {
-            0 => break,
+            0 => return Some(out),
             0xff => {
-                let (Some(db), Some(dl)) = (
-                    read_signed_unsigned5(bytes, &mut at, bias),
-                    read_signed_unsigned5(bytes, &mut at, bias),
-                ) else {
-                    break;
-                };
-                bci += db;
-                line += dl;
+                bci += read_signed_unsigned5(bytes, &mut at, bias)?;
+                line += read_signed_unsigned5(bytes, &mut at, bias)?;
             }
             _ => {
                 bci += (b >> 3) as i64;
@@ -164,11 +167,11 @@ pub fn decode_line_table(bytes: &[u8], bias: u8) -> Vec<(u32, u32)> {
             }
         }
         if bci < 0 || line < 0 {
-            break;
+            return None;
         }
         out.push((bci as u32, line as u32));
     }
-    out
+    None
 }
 
 /// UNSIGNED5 (lg_H = 6, L = 192 − bias), then zig-zag decoded.
@@ -200,14 +203,17 @@ mod tests {
         let table = [0xff, 0, 20, (8 << 3) | 1, 0xff, 4, 5, 0];
         assert_eq!(
             decode_line_table(&table, 0),
-            vec![(0, 10), (8, 11), (10, 8)]
+            Some(vec![(0, 10), (8, 11), (10, 8)])
+        );
+        assert_eq!(
+            decode_line_table(&table, 1),
+            None,
+            "a 0 byte is no JDK 20+ digit"
         );
         // JDK 20+: every byte is biased by 1.
         let table20 = [0xff, 1, 21, (8 << 3) | 1, 0];
-        assert_eq!(decode_line_table(&table20, 1), vec![(0, 10), (8, 11)]);
-        assert!(
-            decode_line_table(&[0xff, 250], 0).is_empty(),
-            "truncated escape"
-        );
+        assert_eq!(decode_line_table(&table20, 1), Some(vec![(0, 10), (8, 11)]));
+        assert_eq!(decode_line_table(&[0xff, 250], 0), None, "truncated escape");
+        assert_eq!(decode_line_table(&[8 << 3], 0), None, "no terminator");
     }
 }
