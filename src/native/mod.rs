@@ -25,3 +25,9 @@ const _: () = {
     send::<NativeSymbolizer>();
     sync::<KernelSymbols>();
 };
+
+/// The separate debug file for a module (build-id or `.gnu_debuglink`), without loading it.
+pub fn separate_debug_file(module: &Module) -> Option<std::path::PathBuf> {
+    let elf = object::File::parse(module.data()).ok()?;
+    debuginfo::find_debug_file(module, &elf)
+}

@@ -100,6 +100,23 @@ impl TargetProcess {
         tids
     }
 
+    /// Thread ids as the target sees them (its pid namespace) → ours. Identity outside containers.
+    pub fn ns_tid_map(&self) -> std::collections::HashMap<u32, u32> {
+        self.threads()
+            .into_iter()
+            .filter_map(|tid| {
+                let status =
+                    fs::read_to_string(format!("/proc/{}/task/{tid}/status", self.pid)).ok()?;
+                let inner = status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("NSpid:"))
+                    .and_then(|v| v.split_whitespace().last()?.parse().ok())
+                    .unwrap_or(tid);
+                Some((inner, tid))
+            })
+            .collect()
+    }
+
     /// The short (15-byte) kernel name of a thread.
     pub fn thread_comm(&self, tid: u32) -> Option<String> {
         fs::read_to_string(format!("/proc/{}/task/{tid}/comm", self.pid))

@@ -1,0 +1,126 @@
+//! A JVM in its own mount and pid namespace with a private /tmp, as in a container: jvmperf places
+//! the shim and its socket inside, attaches through /proc/<pid>/root, and names frames correctly.
+
+mod common;
+
+use common::*;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Contained {
+    child: std::process::Child,
+    jvm_pid: u32,
+}
+
+impl Drop for Contained {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.jvm_pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_contained() -> Contained {
+    let classes = bench_classes();
+    let java = java_home().join("bin/java");
+    // A new mount + pid namespace; /tmp replaced by a private tmpfs, so the JVM's attach socket, the
+    // shim and jvmperf's socket live where only /proc/<pid>/root reaches them.
+    let script = format!(
+        "mount -t tmpfs tmpfs /tmp && exec {} -cp {} bench.InlineHot",
+        java.display(),
+        classes.display()
+    );
+    let child = Command::new("unshare")
+        .args([
+            "--mount",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("unshare (needs root)");
+    let parent = child.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        // The JVM is the grandchild: unshare → (fork) sh → exec java.
+        let found = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| {
+                let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                let ppid: u32 = stat
+                    .rsplit_once(") ")?
+                    .1
+                    .split_whitespace()
+                    .nth(1)?
+                    .parse()
+                    .ok()?;
+                let cmd = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok()?;
+                (ppid == parent && cmd.contains("bench.InlineHot")).then_some(pid)
+            })
+            .next();
+        if let Some(jvm_pid) = found {
+            let c = Contained { child, jvm_pid };
+            // Wait for the warm-up to finish (READY is printed after ~2 s).
+            std::thread::sleep(Duration::from_secs(3));
+            return c;
+        }
+        assert!(Instant::now() < deadline, "contained JVM did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn profiles_a_jvm_in_its_own_mount_and_pid_namespace() {
+    let c = start_contained();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", c.jvm_pid)).unwrap();
+    let nspid = status.lines().find(|l| l.starts_with("NSpid:")).unwrap();
+    assert!(
+        nspid.split_whitespace().count() == 3,
+        "JVM is in a nested pid namespace: {nspid}"
+    );
+    assert!(
+        !std::path::Path::new(&format!("/tmp/.java_pid{}", c.jvm_pid)).exists(),
+        "the JVM's /tmp is private"
+    );
+
+    let out = run_jvmperf(&["jitmap", "-p", &c.jvm_pid.to_string()]);
+    assert!(out.status.success(), "jitmap: {}", stderr_of(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("bench.InlineHot.hotLoop"));
+
+    let file = std::env::temp_dir().join(format!("jvmperf-ns-{}.collapsed", std::process::id()));
+    let out = run_jvmperf(&[
+        "record",
+        "-p",
+        &c.jvm_pid.to_string(),
+        "-d",
+        "3",
+        "-F",
+        "199",
+        "--threads",
+        "-o",
+        file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "record: {}", stderr_of(&out));
+    let text = std::fs::read_to_string(&file).unwrap();
+    let hot: u64 = text
+        .lines()
+        .filter(|l| l.contains("bench.InlineHot.hotLoop_[j]") && l.starts_with("java;"))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert!(
+        hot > 100,
+        "hot loop samples on the main thread: {hot}\n{text}"
+    );
+    let _ = std::fs::remove_file(&file);
+}
