@@ -84,6 +84,9 @@ pub struct StackWalker {
     methods: Option<MethodLayout>,
     mem: ProcessMemory,
     blobs: HashMap<u64, Option<Arc<BlobInfo>>>,
+    /// pc → start of its blob: the segment-map walk costs several target reads, and the same
+    /// return addresses recur in almost every sample.
+    pc_blobs: HashMap<u64, Option<u64>>,
     call_stub_return: u64,
 }
 
@@ -100,6 +103,7 @@ impl StackWalker {
             methods: MethodLayout::discover(vs),
             mem: hotspot.mem,
             blobs: HashMap::new(),
+            pc_blobs: HashMap::new(),
             call_stub_return,
         }
     }
@@ -112,6 +116,7 @@ impl StackWalker {
     /// unloads), since freed blobs' addresses are reused.
     pub fn code_changed(&mut self, hotspot: &HotSpot) {
         self.blobs.clear();
+        self.pc_blobs.clear();
         if let Some(cc) = self.code_cache.as_mut() {
             cc.refresh(&hotspot.vmstructs, &hotspot.mem);
         }
@@ -123,8 +128,12 @@ impl StackWalker {
 
     fn blob_for(&mut self, pc: u64) -> Option<Arc<BlobInfo>> {
         let cc = self.code_cache.as_ref()?;
-        let start = cc.find_blob(&self.mem, pc)?;
         let mem = self.mem;
+        let start = *self
+            .pc_blobs
+            .entry(pc)
+            .or_insert_with(|| cc.find_blob(&mem, pc));
+        let start = start?;
         self.blobs
             .entry(start)
             .or_insert_with(|| cc.read_blob(&mem, start).map(Arc::new))

@@ -208,18 +208,29 @@ impl CodeCache {
         let heap = self.heaps.iter().find(|h| h.low <= pc && pc < h.high)?;
         let mut idx = (pc - heap.low) >> heap.log2_segment;
         let mut hops = 0;
-        loop {
-            let tag = mem.read_u8(heap.segmap + idx).ok()?;
-            if tag == 0xff {
-                return None;
-            }
-            if tag == 0 {
-                break;
-            }
-            idx = idx.checked_sub(tag as u64)?;
-            hops += 1;
-            if hops > MAX_SEGMAP_HOPS {
-                return None;
+        // Read the map in chunks ending at `idx`: a walk back to the block start usually stays
+        // within one read.
+        let mut chunk = [0u8; 64];
+        'read: loop {
+            let base = idx.saturating_sub(chunk.len() as u64 - 1);
+            let n = (idx - base + 1) as usize;
+            mem.read(heap.segmap + base, &mut chunk[..n]).ok()?;
+            loop {
+                let tag = chunk[(idx - base) as usize];
+                if tag == 0xff {
+                    return None;
+                }
+                if tag == 0 {
+                    break 'read;
+                }
+                idx = idx.checked_sub(tag as u64)?;
+                hops += 1;
+                if hops > MAX_SEGMAP_HOPS {
+                    return None;
+                }
+                if idx < base {
+                    continue 'read;
+                }
             }
         }
         let block = heap.low + (idx << heap.log2_segment);

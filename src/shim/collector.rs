@@ -25,12 +25,20 @@ pub struct JitState {
     /// Time of the latest NMETHOD_LOAD that was not part of a replay.
     pub last_live_load: Option<u64>,
     pub records: u64,
+    /// Loads, unloads and stubs seen: when this changes, cached code-cache facts may be stale.
+    pub code_events: u64,
 }
 
 impl JitState {
     pub fn apply(&mut self, frame: Frame) {
         self.records += 1;
         let t = frame.time;
+        if matches!(
+            frame.record,
+            Record::NmethodLoad(_) | Record::NmethodUnload { .. } | Record::CodeBlob { .. }
+        ) {
+            self.code_events += 1;
+        }
         match frame.record {
             Record::Method(m) => self.code.add_method(m),
             Record::NmethodLoad(nm) => {
