@@ -4,7 +4,8 @@
 # Safe to run again: it installs only what is missing. Needs root (or sudo) when something is missing.
 set -euo pipefail
 
-packages=(openjdk-17-jdk-headless gcc libc6-dev)
+# golang-go brings Go's pprof (`go tool pprof`), which the tests use to read jvmperf's pprof files.
+packages=(openjdk-17-jdk-headless gcc libc6-dev golang-go)
 # Debug info for libjvm gives native HotSpot frames their names; it must match the JDK's exact version.
 optional=(openjdk-17-dbg linux-perf dwz libc6-dbg)
 

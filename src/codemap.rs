@@ -58,13 +58,30 @@ impl CodeEntry {
 /// Entries are indexed by the 4 KiB buckets their range touches, so finding what covers an address
 /// costs a hash lookup plus the few entries (old and new) that ever lived in that bucket.
 const BUCKET_SHIFT: u32 = 12;
+/// An entry spanning more fine buckets than this (1 MiB; the interpreter, the largest real blob, is
+/// a few hundred KiB) is indexed by 16 MiB buckets instead. The shim's sizes are untrusted u32s: a
+/// 4 GiB range would otherwise touch a million fine buckets per record.
+const MAX_FINE_BUCKETS: u64 = 256;
+const WIDE_BUCKET_SHIFT: u32 = 24;
+
+/// The inclusive bucket range of `[start, end)` (`end > start`) at `shift`.
+fn bucket_range(start: u64, end: u64, shift: u32) -> std::ops::RangeInclusive<u64> {
+    (start >> shift)..=((end - 1) >> shift)
+}
+
+fn is_wide(start: u64, end: u64) -> bool {
+    let r = bucket_range(start, end, BUCKET_SHIFT);
+    r.end() - r.start() >= MAX_FINE_BUCKETS
+}
 
 #[derive(Debug, Default)]
 pub struct CodeMap {
     methods: HashMap<MethodId, MethodInfo>,
     entries: Vec<CodeEntry>,
-    /// Entry indices by the buckets they touch, in arrival order.
+    /// Entry indices by the buckets they touch, in arrival order: fine buckets for ordinary
+    /// entries, wide ones for entries larger than `MAX_FINE_BUCKETS` fine buckets.
     buckets: HashMap<u64, Vec<usize>>,
+    wide_buckets: HashMap<u64, Vec<usize>>,
     /// Entry indices by start address, for unload records.
     by_start: HashMap<u64, Vec<usize>>,
 }
@@ -146,8 +163,13 @@ impl CodeMap {
             }
         }
         let idx = self.entries.len();
-        for bucket in (entry.start >> BUCKET_SHIFT)..=((entry.end - 1) >> BUCKET_SHIFT) {
-            self.buckets.entry(bucket).or_default().push(idx);
+        let (index, shift) = if is_wide(entry.start, entry.end) {
+            (&mut self.wide_buckets, WIDE_BUCKET_SHIFT)
+        } else {
+            (&mut self.buckets, BUCKET_SHIFT)
+        };
+        for bucket in bucket_range(entry.start, entry.end, shift) {
+            index.entry(bucket).or_default().push(idx);
         }
         self.by_start.entry(entry.start).or_default().push(idx);
         self.entries.push(CodeEntry {
@@ -172,12 +194,25 @@ impl CodeMap {
 
     /// Indices of entries whose range intersects `[start, end)`, each once.
     fn overlapping(&self, start: u64, end: u64) -> Vec<usize> {
-        let mut out: Vec<usize> = ((start >> BUCKET_SHIFT)..=((end - 1) >> BUCKET_SHIFT))
-            .filter_map(|b| self.buckets.get(&b))
-            .flatten()
-            .copied()
-            .filter(|&i| self.entries[i].start < end && self.entries[i].end > start)
-            .collect();
+        let mut out: Vec<usize> = Vec::new();
+        for (index, shift) in [
+            (&self.buckets, BUCKET_SHIFT),
+            (&self.wide_buckets, WIDE_BUCKET_SHIFT),
+        ] {
+            let range = bucket_range(start, end, shift);
+            // A range wider than the index has buckets: walk the index, not the range.
+            if range.end() - range.start() < index.len() as u64 {
+                out.extend(range.filter_map(|b| index.get(&b)).flatten());
+            } else {
+                out.extend(
+                    index
+                        .iter()
+                        .filter(|(b, _)| range.contains(b))
+                        .flat_map(|(_, v)| v),
+                );
+            }
+        }
+        out.retain(|&i| self.entries[i].start < end && self.entries[i].end > start);
         out.sort_unstable();
         out.dedup();
         out
@@ -185,9 +220,10 @@ impl CodeMap {
 
     /// Entries covering `addr`.
     fn covering(&self, addr: u64) -> impl Iterator<Item = &CodeEntry> + '_ {
-        self.buckets
-            .get(&(addr >> BUCKET_SHIFT))
-            .into_iter()
+        let fine = self.buckets.get(&(addr >> BUCKET_SHIFT));
+        let wide = self.wide_buckets.get(&(addr >> WIDE_BUCKET_SHIFT));
+        fine.into_iter()
+            .chain(wide)
             .flatten()
             .map(|&i| &self.entries[i])
             .filter(move |e| e.start <= addr && addr < e.end)
@@ -322,6 +358,39 @@ mod tests {
         map.add_nmethod(120, nm(1, 0x1000, 0x100, &[]));
         assert_eq!(map.entries().len(), 1);
         assert_eq!(map.lookup(0x1010, 500).unwrap().load_time, 100);
+    }
+
+    /// Sizes are untrusted: a 4 GiB range must cost a bounded number of index buckets, and still
+    /// resolve and close like any other entry.
+    #[test]
+    fn huge_ranges_are_indexed_coarsely() {
+        let mut map = CodeMap::new();
+        for i in 0..64u64 {
+            map.add_blob(i, 0x7f00_0000_0000 + i, u32::MAX, false, format!("b{i}"));
+        }
+        let indexed: usize = map
+            .buckets
+            .values()
+            .chain(map.wide_buckets.values())
+            .map(Vec::len)
+            .sum();
+        assert!(indexed <= 64 * 257, "{indexed} bucket entries");
+        let far = 0x7f00_0000_0000 + (3 << 30);
+        assert_eq!(map.lookup(far, 100).unwrap().load_time, 63);
+        assert_eq!(map.lookup(far, 10).unwrap().load_time, 10);
+        map.add_nmethod(200, nm(1, far, 0x100, &[]));
+        assert_eq!(map.lookup(far, 300).unwrap().method(), Some(1));
+        assert_eq!(
+            map.lookup(far + 0x200, 300),
+            None,
+            "closed by the load over it"
+        );
+        assert_eq!(map.lookup_latest(far).unwrap().method(), Some(1));
+        // A small entry, then a wide one over it: the wide one closes it.
+        map.add_blob(400, 0x1000, 0x40, false, "small".into());
+        map.add_blob(500, 0, 1 << 31, false, "wide".into());
+        assert_eq!(map.lookup(0x1010, 450).unwrap().load_time, 400);
+        assert_eq!(map.lookup(0x1010, 600).unwrap().load_time, 500);
     }
 
     #[test]

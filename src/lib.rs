@@ -2,8 +2,12 @@
 
 pub mod attach;
 pub mod codemap;
+pub mod convert;
+pub mod diff;
+pub mod doctor;
 pub mod error;
 pub mod hotspot;
+pub mod input;
 pub mod java_names;
 pub mod jitmap;
 pub mod live_jvm;
@@ -11,6 +15,7 @@ pub mod native;
 pub mod output;
 pub mod profile;
 pub mod record;
+pub mod report;
 pub mod sampler;
 pub mod shim;
 pub mod shim_lib;

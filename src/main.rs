@@ -16,7 +16,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Sample a running JVM and write a flame graph or collapsed stacks.
+    /// Check, without changing anything, whether jvmperf can profile a JVM; names the fix for
+    /// every failing check.
+    Doctor {
+        /// Process id of the JVM.
+        #[arg(short, long)]
+        pid: u32,
+    },
+    /// Sample a running JVM and write a flame graph, collapsed stacks, iprof, pprof or a raw
+    /// recording.
     Record {
         /// Process id of the JVM.
         #[arg(short, long)]
@@ -27,10 +35,11 @@ enum Command {
         /// Samples per second per thread.
         #[arg(short = 'F', long, default_value_t = 99)]
         frequency: u64,
-        /// Output file; the format follows the extension (.collapsed, .txt, .svg) unless --format.
+        /// Output file; the format follows the extension (.collapsed, .txt, .svg, .iprof, .pb.gz,
+        /// .jvmperf) unless --format.
         #[arg(short, long, default_value = "profile.svg")]
         output: PathBuf,
-        /// collapsed or svg.
+        /// collapsed, svg, iprof, pprof or jvmperf.
         #[arg(long)]
         format: Option<String>,
         /// Add the thread name as each stack's root frame.
@@ -65,11 +74,71 @@ enum Command {
         #[arg(long, default_value_t = 5.0)]
         settle: f64,
     },
+    /// Convert a profile (.jvmperf, .iprof, .pb.gz, .collapsed) to another format, optionally
+    /// cut to a time window and to threads.
+    Convert {
+        /// The profile to read.
+        input: PathBuf,
+        /// Output file; the format follows the extension (.collapsed, .txt, .svg, .iprof,
+        /// .pb.gz, .jvmperf) unless --format.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// collapsed, svg, iprof, pprof or jvmperf.
+        #[arg(long)]
+        format: Option<String>,
+        /// Keep samples from this time on: seconds from the start of the recording, or an
+        /// absolute System.nanoTime value.
+        #[arg(long, value_name = "T")]
+        since: Option<String>,
+        /// Keep samples before this time (same forms as --since).
+        #[arg(long, value_name = "T")]
+        until: Option<String>,
+        /// Keep only threads with this name (repeatable).
+        #[arg(long = "thread", value_name = "NAME")]
+        thread: Vec<String>,
+        /// Add the thread name as each stack's root frame.
+        #[arg(long)]
+        threads: bool,
+    },
+    /// Print the hottest methods of a profile by self and total samples.
+    Report {
+        /// The profile to read (.jvmperf, .iprof, .pb.gz, .collapsed).
+        input: PathBuf,
+        /// One table per thread.
+        #[arg(long)]
+        threads: bool,
+        /// Rows per table (0 = all).
+        #[arg(long, default_value_t = 30)]
+        top: usize,
+        /// Order by self or total samples.
+        #[arg(long, default_value = "self")]
+        sort: String,
+    },
+    /// Write a differential flame graph of two profiles.
+    Diff {
+        /// The profile before the change.
+        before: PathBuf,
+        /// The profile after the change.
+        after: PathBuf,
+        /// Output file: .svg, or .collapsed for differential folded lines.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// svg or collapsed.
+        #[arg(long)]
+        format: Option<String>,
+        /// Scale BEFORE to the sample count of AFTER.
+        #[arg(long)]
+        normalize: bool,
+        /// Add the thread name as each stack's root frame.
+        #[arg(long)]
+        threads: bool,
+    },
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Doctor { pid } => jvmperf::doctor::run(pid),
         Command::Record {
             pid,
             duration,
@@ -80,23 +149,19 @@ fn main() {
             kernel,
             precise_inlining,
             stack_size,
-        } => format
-            .as_deref()
-            .map(jvmperf::output::Format::parse)
-            .transpose()
-            .and_then(|format| {
-                jvmperf::record::run(&jvmperf::record::RecordOptions {
-                    pid,
-                    duration: duration.map(seconds),
-                    frequency_hz: frequency,
-                    stack_size,
-                    output,
-                    format,
-                    threads,
-                    kernel,
-                    precise_inlining,
-                })
-            }),
+        } => parse_format(format).and_then(|format| {
+            jvmperf::record::run(&jvmperf::record::RecordOptions {
+                pid,
+                duration: duration.map(seconds),
+                frequency_hz: frequency,
+                stack_size,
+                output,
+                format,
+                threads,
+                kernel,
+                precise_inlining,
+            })
+        }),
         Command::Jitmap {
             pid,
             output,
@@ -110,10 +175,72 @@ fn main() {
             precise_inlining,
             settle: seconds(settle),
         }),
+        Command::Convert {
+            input,
+            output,
+            format,
+            since,
+            until,
+            thread,
+            threads,
+        } => (|| {
+            let time = |t: Option<String>| {
+                t.as_deref()
+                    .map(jvmperf::convert::TimeArg::parse)
+                    .transpose()
+            };
+            jvmperf::convert::run(&jvmperf::convert::ConvertOptions {
+                input,
+                output,
+                format: parse_format(format)?,
+                filter: jvmperf::convert::Filter {
+                    since: time(since)?,
+                    until: time(until)?,
+                    threads: thread,
+                },
+                threads,
+            })
+        })(),
+        Command::Report {
+            input,
+            threads,
+            top,
+            sort,
+        } => jvmperf::report::SortBy::parse(&sort).and_then(|sort| {
+            jvmperf::report::run(&jvmperf::report::ReportOptions {
+                input,
+                threads,
+                top,
+                sort,
+            })
+        }),
+        Command::Diff {
+            before,
+            after,
+            output,
+            format,
+            normalize,
+            threads,
+        } => parse_format(format).and_then(|format| {
+            jvmperf::diff::run(&jvmperf::diff::DiffOptions {
+                before,
+                after,
+                output,
+                format,
+                normalize,
+                threads,
+            })
+        }),
     };
     if let Err(e) = result {
         exit_with(e);
     }
+}
+
+fn parse_format(name: Option<String>) -> jvmperf::error::Result<Option<jvmperf::output::Format>> {
+    name.as_deref()
+        .map(jvmperf::output::Format::parse)
+        .transpose()
 }
 
 fn seconds(s: f64) -> Duration {

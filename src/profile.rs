@@ -18,6 +18,27 @@ pub enum FrameKind {
     Thread,
 }
 
+impl FrameKind {
+    /// Every kind, in the order of their numbers in the `.jvmperf` format: add new kinds at the end.
+    pub const ALL: [FrameKind; 7] = [
+        FrameKind::Jit,
+        FrameKind::Inlined,
+        FrameKind::Interpreted,
+        FrameKind::Native,
+        FrameKind::Kernel,
+        FrameKind::Stub,
+        FrameKind::Thread,
+    ];
+
+    /// A frame of a Java method (compiled, inlined or interpreted).
+    pub fn is_java(self) -> bool {
+        matches!(
+            self,
+            FrameKind::Jit | FrameKind::Inlined | FrameKind::Interpreted
+        )
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Frame {
     /// `package.Class.method` for Java, the symbol for native code.
@@ -31,16 +52,51 @@ pub struct Frame {
     pub signature: Option<String>,
     /// Native module (file name) for native frames.
     pub module: Option<String>,
+    /// First line of the method's line table, for Java frames.
+    pub start_line: Option<u32>,
 }
+
+impl Frame {
+    /// A frame with only a name and a kind.
+    pub fn named(name: impl Into<String>, kind: FrameKind) -> Frame {
+        Frame {
+            name: name.into(),
+            kind,
+            file: None,
+            line: None,
+            bci: None,
+            signature: None,
+            module: None,
+            start_line: None,
+        }
+    }
+
+    /// (`package.Class`, `method`) of a Java frame's name; the class is empty when the name has
+    /// no dot (a method of unknown identity).
+    pub fn class_and_method(&self) -> (&str, &str) {
+        match self.name.rsplit_once('.') {
+            Some((class, method)) => (class, method),
+            None => ("", &self.name),
+        }
+    }
+}
+
+/// The largest weight one sample may carry in a file read back (4 billion samples of one stack):
+/// larger ones mean a damaged file, and bounding them keeps every sum of weights from overflowing.
+pub const MAX_WEIGHT: u64 = 1 << 32;
 
 pub type FrameId = u32;
 pub type StackId = u32;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sample {
+    /// CLOCK_MONOTONIC ns (0 when the source format keeps no time).
     pub time: u64,
     pub tid: u32,
     pub stack: StackId,
+    /// How many samples this one stands for: 1 from a recording; aggregated formats (iprof,
+    /// pprof, collapsed) read back as one weighted sample per stack.
+    pub weight: u64,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -52,8 +108,10 @@ pub struct Profile {
     stack_ids: HashMap<Vec<FrameId>, StackId>,
     pub samples: Vec<Sample>,
     pub thread_names: HashMap<u32, String>,
-    /// Sampling period in ns (1e9 / frequency).
+    /// Sampling period in ns (1e9 / frequency); 0 when unknown.
     pub period_ns: u64,
+    /// CLOCK_MONOTONIC ns when the recording started (0 when unknown).
+    pub start_ns: u64,
 }
 
 impl Profile {
@@ -77,10 +135,136 @@ impl Profile {
         id
     }
 
+    /// Intern `root_to_leaf` and add `weight` samples of it without a time, as formats that keep
+    /// only counts read back.
+    pub fn add_counted(&mut self, root_to_leaf: Vec<FrameId>, tid: u32, weight: u64) {
+        let stack = self.intern_stack(root_to_leaf);
+        if weight > 0 {
+            self.samples.push(Sample {
+                time: 0,
+                tid,
+                stack,
+                weight,
+            });
+        }
+    }
+
     pub fn thread_name(&self, tid: u32) -> String {
         self.thread_names
             .get(&tid)
             .cloned()
             .unwrap_or_else(|| format!("tid-{tid}"))
+    }
+
+    /// Samples counted with their weights.
+    pub fn total_weight(&self) -> u64 {
+        self.samples.iter().map(|s| s.weight).sum()
+    }
+
+    /// Summed weight per stack, indexed by stack id.
+    pub fn stack_weights(&self) -> Vec<u64> {
+        let mut w = vec![0u64; self.stacks.len()];
+        for s in &self.samples {
+            w[s.stack as usize] += s.weight;
+        }
+        w
+    }
+
+    /// Summed weight per (stack, thread), in order of first appearance.
+    pub fn weights_by_stack_and_thread(&self) -> Vec<((StackId, u32), u64)> {
+        let mut index: HashMap<(StackId, u32), usize> = HashMap::new();
+        let mut out: Vec<((StackId, u32), u64)> = Vec::new();
+        for s in &self.samples {
+            let key = (s.stack, s.tid);
+            match index.get(&key) {
+                Some(&i) => out[i].1 += s.weight,
+                None => {
+                    index.insert(key, out.len());
+                    out.push((key, s.weight));
+                }
+            }
+        }
+        out
+    }
+
+    /// A compact copy holding only the samples `keep` accepts, and only the stacks, frames and
+    /// thread names they use.
+    pub fn retain_samples(&self, keep: impl Fn(&Sample) -> bool) -> Profile {
+        let mut out = Profile {
+            period_ns: self.period_ns,
+            start_ns: self.start_ns,
+            ..Default::default()
+        };
+        let mut frame_map: Vec<Option<FrameId>> = vec![None; self.frames.len()];
+        let mut stack_map: Vec<Option<StackId>> = vec![None; self.stacks.len()];
+        for s in self.samples.iter().filter(|s| keep(s)) {
+            let stack = match stack_map[s.stack as usize] {
+                Some(id) => id,
+                None => {
+                    let ids = self.stacks[s.stack as usize]
+                        .iter()
+                        .map(|&f| {
+                            *frame_map[f as usize].get_or_insert_with(|| {
+                                out.intern_frame(self.frames[f as usize].clone())
+                            })
+                        })
+                        .collect();
+                    let id = out.intern_stack(ids);
+                    stack_map[s.stack as usize] = Some(id);
+                    id
+                }
+            };
+            if let Some(name) = self.thread_names.get(&s.tid) {
+                out.thread_names
+                    .entry(s.tid)
+                    .or_insert_with(|| name.clone());
+            }
+            out.samples.push(Sample { stack, ..*s });
+        }
+        out
+    }
+}
+
+/// CLOCK_MONOTONIC now, in ns: the clock of sample times and of Java's `System.nanoTime`.
+pub fn monotonic_now_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retain_keeps_only_what_the_kept_samples_use() {
+        let mut p = Profile {
+            period_ns: 1000,
+            start_ns: 5,
+            ..Default::default()
+        };
+        let a = p.intern_frame(Frame::named("a", FrameKind::Native));
+        let b = p.intern_frame(Frame::named("b", FrameKind::Native));
+        let c = p.intern_frame(Frame::named("c", FrameKind::Native));
+        let s1 = p.intern_stack(vec![a, b]);
+        let s2 = p.intern_stack(vec![c]);
+        p.thread_names.insert(7, "main".into());
+        p.thread_names.insert(8, "other".into());
+        for (time, tid, stack) in [(10, 7, s1), (20, 8, s2), (30, 7, s1)] {
+            p.samples.push(Sample {
+                time,
+                tid,
+                stack,
+                weight: 1,
+            });
+        }
+        let kept = p.retain_samples(|s| s.tid == 7);
+        assert_eq!(kept.samples.len(), 2);
+        assert_eq!(kept.frames.len(), 2);
+        assert_eq!(kept.stacks, vec![vec![0, 1]]);
+        assert_eq!(kept.thread_names.len(), 1);
+        assert_eq!((kept.period_ns, kept.start_ns), (1000, 5));
+        assert_eq!(kept.total_weight(), 2);
+        assert_eq!(p.stack_weights(), vec![2, 1]);
     }
 }

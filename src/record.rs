@@ -94,6 +94,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         },
     )?;
     let started = Instant::now();
+    let start_ns = crate::profile::monotonic_now_ns();
     let progress = std::io::stderr().is_terminal();
     let mut collected = Collected::default();
     let mut last_rescan = Instant::now();
@@ -109,19 +110,20 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             ended = Some(e.to_string());
             break;
         }
-        let before = live.state.records;
+        let code_before = live.state.code_events;
         if let Err(e) = live.pump(Duration::from_millis(1)) {
             ended = Some(e.to_string());
             break;
         }
-        if live.state.records != before {
+        if live.state.code_events != code_before {
             walker.code_changed(&live.hotspot);
-            if live.state.thread_names.len() != known_threads {
-                known_threads = live.state.thread_names.len();
-                let tids: Vec<u32> = live.state.thread_names.keys().copied().collect();
-                for tid in tids {
-                    let _ = sampler.add_thread(tid);
-                }
+        }
+        if live.state.thread_names.len() != known_threads {
+            known_threads = live.state.thread_names.len();
+            // The shim reports tids of the target's pid namespace; perf wants ours.
+            let map = live.process.ns_tid_map();
+            for tid in live.state.thread_names.keys().filter_map(|t| map.get(t)) {
+                let _ = sampler.add_thread(*tid);
             }
         }
         if last_rescan.elapsed() > Duration::from_millis(200) {
@@ -174,14 +176,19 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
 
     let mut profile = Profile::default();
     profile.period_ns = 1_000_000_000 / opts.frequency_hz.max(1);
+    profile.start_ns = start_ns;
+    let ns_tids = live.process.ns_tid_map();
     for tid in live.process.threads() {
         if let Some(comm) = live.process.thread_comm(tid) {
             profile.thread_names.insert(tid, comm);
         }
     }
-    profile
-        .thread_names
-        .extend(live.state.thread_names.iter().map(|(k, v)| (*k, v.clone())));
+    profile.thread_names.extend(
+        live.state
+            .thread_names
+            .iter()
+            .filter_map(|(ns_tid, name)| Some((*ns_tids.get(ns_tid)?, name.clone()))),
+    );
     let methods = walker.method_layout().cloned();
     let mem = live.hotspot.mem;
     let mut symbolizer =
@@ -220,17 +227,18 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             time: s.time,
             tid: s.tid,
             stack,
+            weight: 1,
         });
     }
     let unresolved = symbolizer.unresolved_compiled;
-    let bytes = output::render(
+    output::save(
         &profile,
         format,
         &OutputOptions {
             threads: opts.threads,
         },
+        &opts.output,
     )?;
-    output::write_file(&opts.output, &bytes)?;
 
     let st = sampler.stats();
     let n = samples.len() as f64;

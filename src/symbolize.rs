@@ -31,6 +31,7 @@ fn java_frame(
     file: &str,
     line: Option<u32>,
     bci: i32,
+    start_line: Option<u32>,
 ) -> Frame {
     Frame {
         name: qualified,
@@ -40,6 +41,7 @@ fn java_frame(
         bci: Some(bci),
         signature: Some(m_sig.to_string()),
         module: None,
+        start_line,
     }
 }
 
@@ -91,16 +93,12 @@ impl<'a> Symbolizer<'a> {
                     "",
                     line,
                     bci,
+                    m.lines.iter().min_by_key(|l| l.0).map(|l| l.1),
                 )
             }
             None => Frame {
-                name: format!("[unknown Method* {method:#x}]"),
-                kind,
-                file: None,
-                line: None,
                 bci: Some(bci),
-                signature: None,
-                module: None,
+                ..Frame::named(format!("[unknown Method* {method:#x}]"), kind)
             },
         }
     }
@@ -118,6 +116,9 @@ impl<'a> Symbolizer<'a> {
                     Some((_, chain)) if !chain.is_empty() => {
                         let last = chain.len() - 1;
                         for (i, &(m, bci)) in chain.iter().enumerate() {
+                            // -1 is HotSpot's method-entry bci (InvocationEntryBci); like its
+                            // compiledVFrame::bci(), report it as bytecode 0.
+                            let bci = if bci == -1 { 0 } else { bci };
                             let kind = if i == last {
                                 FrameKind::Jit
                             } else {
@@ -131,6 +132,7 @@ impl<'a> Symbolizer<'a> {
                                     &info.source_file,
                                     info.line_of(bci),
                                     bci,
+                                    info.line_of(-1),
                                 )),
                                 None => out.push(self.frame_from_method_ptr(*method, bci, kind)),
                             }
@@ -138,6 +140,8 @@ impl<'a> Symbolizer<'a> {
                     }
                     _ => {
                         // Known code without a debug point here, or code the shim has not reported.
+                        // For known code, bci 0 as HotSpot's own walkers give it (native
+                        // wrappers, and fill_from_compiled_native_frame for pcs without a PcDesc).
                         if let Some(e) = code.lookup(*pc, time) {
                             if let Some(info) = e.method().and_then(|m| code.method(m)) {
                                 out.push(java_frame(
@@ -146,7 +150,8 @@ impl<'a> Symbolizer<'a> {
                                     &info.signature,
                                     &info.source_file,
                                     None,
-                                    -1,
+                                    0,
+                                    info.line_of(-1),
                                 ));
                                 return;
                             }
@@ -164,15 +169,7 @@ impl<'a> Symbolizer<'a> {
                     Some(CodeKind::Blob { name }) => name.clone(),
                     _ => blob.to_string(),
                 };
-                out.push(Frame {
-                    name,
-                    kind: FrameKind::Stub,
-                    file: None,
-                    line: None,
-                    bci: None,
-                    signature: None,
-                    module: None,
-                });
+                out.push(Frame::named(name, FrameKind::Stub));
             }
             RawFrame::Native { pc, return_address } => {
                 let key = (*pc, *return_address);
@@ -187,25 +184,17 @@ impl<'a> Symbolizer<'a> {
                             .symbolize(&module, *pc, *return_address)
                             .into_iter()
                             .map(|f| Frame {
-                                name: f.function,
-                                kind: FrameKind::Native,
                                 file: f.file,
                                 line: f.line,
-                                bci: None,
-                                signature: None,
                                 module: Some(module_name.clone()),
+                                ..Frame::named(f.function, FrameKind::Native)
                             })
                             .collect()
                     }
-                    None => vec![Frame {
-                        name: format!("[unknown {pc:#x}]"),
-                        kind: FrameKind::Native,
-                        file: None,
-                        line: None,
-                        bci: None,
-                        signature: None,
-                        module: None,
-                    }],
+                    None => vec![Frame::named(
+                        format!("[unknown {pc:#x}]"),
+                        FrameKind::Native,
+                    )],
                 };
                 out.extend(frames.iter().cloned());
                 self.native_cache.insert(key, frames);
@@ -217,14 +206,6 @@ impl<'a> Symbolizer<'a> {
         let kernel = self.kernel.get_or_insert_with(|| {
             KernelSymbols::load().unwrap_or_else(|_| KernelSymbols::parse(""))
         });
-        Frame {
-            name: kernel.symbolize(ip).to_string(),
-            kind: FrameKind::Kernel,
-            file: None,
-            line: None,
-            bci: None,
-            signature: None,
-            module: None,
-        }
+        Frame::named(kernel.symbolize(ip), FrameKind::Kernel)
     }
 }

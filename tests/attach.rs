@@ -61,6 +61,13 @@ fn assert_one_line_error(out: &std::process::Output, code: i32, needle: &str) {
 #[test]
 fn attaches_twice_and_maps_inlined_helper_with_lines() {
     let jvm = Jvm::start(INLINE_FLAGS, "bench.InlineHot", &[]);
+    let doctor = run_jvmperf(&["doctor", "-p", &jvm.pid.to_string()]);
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    assert!(doctor.status.success(), "{report}{}", stderr_of(&doctor));
+    assert!(
+        report.contains("ok   HotSpot") && report.contains("ok   attach"),
+        "{report}"
+    );
     let first = jitmap(jvm.pid, &[]);
     let second = jitmap(jvm.pid, &[]);
     assert!(jvm.is_alive());
@@ -129,6 +136,13 @@ fn non_jvm_dead_pid_and_disabled_attach_fail_cleanly() {
     let jvm = Jvm::start(&["-XX:+DisableAttachMechanism"], "bench.InlineHot", &[]);
     let out = run_jvmperf(&["jitmap", "-p", &jvm.pid.to_string()]);
     assert_one_line_error(&out, 5, "DisableAttachMechanism");
+    let doctor = run_jvmperf(&["doctor", "-p", &jvm.pid.to_string()]);
+    assert_eq!(doctor.status.code(), Some(5));
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        report.contains("FAIL attach") && report.contains("DisableAttachMechanism"),
+        "{report}"
+    );
     std::thread::sleep(Duration::from_millis(200));
     assert!(jvm.is_alive());
     assert!(

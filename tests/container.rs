@@ -14,6 +14,11 @@ struct Contained {
 
 impl Drop for Contained {
     fn drop(&mut self) {
+        if self.jvm_pid == 0 {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            return;
+        }
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(self.jvm_pid as i32),
             nix::sys::signal::Signal::SIGKILL,
@@ -50,6 +55,7 @@ fn start_contained() -> Contained {
         .spawn()
         .expect("unshare (needs root)");
     let parent = child.id();
+    let mut contained = Contained { child, jvm_pid: 0 };
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         // The JVM is the grandchild: unshare → (fork) sh → exec java.
@@ -70,10 +76,10 @@ fn start_contained() -> Contained {
             })
             .next();
         if let Some(jvm_pid) = found {
-            let c = Contained { child, jvm_pid };
+            contained.jvm_pid = jvm_pid;
             // Wait for the warm-up to finish (READY is printed after ~2 s).
             std::thread::sleep(Duration::from_secs(3));
-            return c;
+            return contained;
         }
         assert!(Instant::now() < deadline, "contained JVM did not start");
         std::thread::sleep(Duration::from_millis(50));

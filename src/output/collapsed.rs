@@ -2,17 +2,22 @@
 //! `_[j]` compiled, `_[i]` inlined, `_[0]` interpreted, `_[k]` kernel.
 
 use super::OutputOptions;
-use crate::profile::{Frame, FrameKind, Profile};
+use crate::error::{Error, ErrorKind, Result};
+use crate::profile::{Frame, FrameKind, Profile, MAX_WEIGHT};
 use std::collections::BTreeMap;
 
+const SUFFIXES: [(&str, FrameKind); 4] = [
+    ("_[j]", FrameKind::Jit),
+    ("_[i]", FrameKind::Inlined),
+    ("_[0]", FrameKind::Interpreted),
+    ("_[k]", FrameKind::Kernel),
+];
+
 pub fn frame_label(frame: &Frame) -> String {
-    let suffix = match frame.kind {
-        FrameKind::Jit => "_[j]",
-        FrameKind::Inlined => "_[i]",
-        FrameKind::Interpreted => "_[0]",
-        FrameKind::Kernel => "_[k]",
-        FrameKind::Native | FrameKind::Stub | FrameKind::Thread => "",
-    };
+    let suffix = SUFFIXES
+        .iter()
+        .find(|(_, k)| *k == frame.kind)
+        .map_or("", |(s, _)| s);
     // `;` separates frames and a trailing space-number is the count: keep names free of both.
     let name: String = frame
         .name
@@ -25,33 +30,31 @@ pub fn frame_label(frame: &Frame) -> String {
 /// Folded lines with counts, sorted.
 pub fn folded(profile: &Profile, opts: &OutputOptions) -> BTreeMap<String, u64> {
     let labels: Vec<String> = profile.frames.iter().map(frame_label).collect();
-    let mut stacks: Vec<String> = profile
-        .stacks
-        .iter()
-        .map(|s| {
-            s.iter()
+    let mut stacks: Vec<Option<String>> = vec![None; profile.stacks.len()];
+    let mut counts = BTreeMap::new();
+    // Aggregate first: stack strings can be long (deep recursion), samples many.
+    for ((stack, tid), weight) in profile.weights_by_stack_and_thread() {
+        let text = stacks[stack as usize].get_or_insert_with(|| {
+            let s = profile.stacks[stack as usize]
+                .iter()
                 .map(|&f| labels[f as usize].as_str())
                 .collect::<Vec<_>>()
-                .join(";")
-        })
-        .collect();
-    stacks.iter_mut().for_each(|s| {
-        if s.is_empty() {
-            s.push_str("[unknown]");
-        }
-    });
-    let mut counts = BTreeMap::new();
-    for sample in &profile.samples {
-        let stack = &stacks[sample.stack as usize];
+                .join(";");
+            if s.is_empty() {
+                "[unknown]".to_string()
+            } else {
+                s
+            }
+        });
         let key = if opts.threads {
             format!(
-                "{};{stack}",
-                profile.thread_name(sample.tid).replace(';', ":")
+                "{};{text}",
+                profile.thread_name(tid).replace([';', '\n'], ":")
             )
         } else {
-            stack.clone()
+            text.clone()
         };
-        *counts.entry(key).or_insert(0) += 1;
+        *counts.entry(key).or_insert(0) += weight;
     }
     counts
 }
@@ -65,4 +68,86 @@ pub fn render(profile: &Profile, opts: &OutputOptions) -> String {
         out.push('\n');
     }
     out
+}
+
+/// A frame from its label: the kind from the suffix; unsuffixed frames read as native.
+pub fn parse_label(label: &str) -> Frame {
+    for (suffix, kind) in SUFFIXES {
+        if let Some(name) = label.strip_suffix(suffix) {
+            return Frame::named(name, kind);
+        }
+    }
+    Frame::named(label, FrameKind::Native)
+}
+
+/// Read folded lines back: one weighted sample per line (no times or threads).
+pub fn parse(bytes: &[u8]) -> Result<Profile> {
+    let bad = |what: String| {
+        Error::new(
+            ErrorKind::Usage,
+            format!("not a collapsed-stacks file: {what} (expected `frame;frame;… count` lines)"),
+        )
+    };
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        bad(format!(
+            "not UTF-8 text at byte {} (is it a binary file?)",
+            e.valid_up_to()
+        ))
+    })?;
+    let mut profile = Profile::default();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim_end();
+        if line.is_empty() {
+            continue;
+        }
+        let shown: String = line.chars().take(60).collect();
+        let (stack, count) = line
+            .rsplit_once(' ')
+            .ok_or_else(|| bad(format!("line {} {shown:?} has no count", i + 1)))?;
+        let weight: u64 = count
+            .parse()
+            .ok()
+            .filter(|&w| w <= MAX_WEIGHT)
+            .ok_or_else(|| bad(format!("line {} {shown:?} has no count", i + 1)))?;
+        let ids = stack
+            .split(';')
+            .map(|label| profile.intern_frame(parse_label(label)))
+            .collect();
+        profile.add_counted(ids, 0, weight);
+    }
+    Ok(profile)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_reads_what_render_writes() {
+        let text = "a;b.C.m_[j];b.C.h_[i] 3\na;b.C.i_[0];sys_[k] 2\nx 1\n";
+        let p = parse(text.as_bytes()).unwrap();
+        assert_eq!(p.total_weight(), 6);
+        assert_eq!(p.frames[2], Frame::named("b.C.h", FrameKind::Inlined));
+        assert_eq!(p.frames[3].kind, FrameKind::Interpreted);
+        assert_eq!(p.frames[4].kind, FrameKind::Kernel);
+        assert_eq!(p.frames[0].kind, FrameKind::Native);
+        let opts = OutputOptions { threads: false };
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines.sort();
+        assert_eq!(render(&p, &opts), lines.join("\n") + "\n");
+    }
+
+    #[test]
+    fn bad_lines_name_their_number() {
+        for (text, needle) in [
+            (&b"a;b 1\nc;d\n"[..], "line 2"),
+            (b"a;b x\n", "line 1"),
+            (b"a;b 99999999999999\n", "line 1"),
+            (b"a 1\n\xff\xfe", "not UTF-8 text at byte 4"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Usage);
+            assert!(e.message.contains(needle), "{needle}: {}", e.message);
+        }
+    }
 }

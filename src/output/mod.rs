@@ -3,6 +3,9 @@
 
 pub mod collapsed;
 pub mod flamegraph;
+pub mod iprof;
+pub mod pprof;
+pub mod raw;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::profile::Profile;
@@ -11,7 +14,32 @@ use std::path::Path;
 
 #[cfg(test)]
 mod tests {
-    use super::write_file;
+    use super::{write_file, Format};
+    use std::path::Path;
+
+    #[test]
+    fn formats_by_extension_and_name() {
+        for (file, format) in [
+            ("a.collapsed", Format::Collapsed),
+            ("a.txt", Format::Collapsed),
+            ("a.svg", Format::Svg),
+            ("a.iprof", Format::Iprof),
+            ("dir.v2/a.pb.gz", Format::Pprof),
+            ("a.jvmperf", Format::Raw),
+        ] {
+            assert_eq!(
+                Format::from_path(Path::new(file)).unwrap(),
+                format,
+                "{file}"
+            );
+        }
+        for bad in ["a.gz", "a.pb", "a", "a.png"] {
+            let e = Format::from_path(Path::new(bad)).unwrap_err();
+            assert!(e.message.contains(".pb.gz or .jvmperf"), "{}", e.message);
+        }
+        assert_eq!(Format::parse("pprof").unwrap(), Format::Pprof);
+        assert!(Format::parse("json").is_err());
+    }
 
     #[test]
     fn special_files_are_written_not_replaced() {
@@ -37,36 +65,75 @@ mod tests {
 pub enum Format {
     Collapsed,
     Svg,
+    /// GraalVM iprof (JSON), for profile-guided native images.
+    Iprof,
+    /// Gzipped pprof `profile.proto`.
+    Pprof,
+    /// jvmperf's own recording: every sample with its time and thread.
+    Raw,
 }
 
 pub struct OutputOptions {
     pub threads: bool,
 }
 
+const EXTENSIONS: &str = ".collapsed, .txt, .svg, .iprof, .pb.gz or .jvmperf";
+
 impl Format {
     pub fn parse(name: &str) -> Result<Self> {
         match name {
             "collapsed" | "txt" => Ok(Format::Collapsed),
             "svg" | "flamegraph" => Ok(Format::Svg),
+            "iprof" => Ok(Format::Iprof),
+            "pprof" | "pb.gz" => Ok(Format::Pprof),
+            "jvmperf" | "raw" => Ok(Format::Raw),
             other => Err(Error::new(
                 ErrorKind::Usage,
-                format!("unknown output format {other:?} (use collapsed or svg)"),
+                format!(
+                    "unknown output format {other:?} (use collapsed, svg, iprof, pprof or jvmperf)"
+                ),
             )),
         }
     }
 
     pub fn from_path(path: &Path) -> Result<Self> {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.ends_with(".pb.gz") {
+            return Ok(Format::Pprof);
+        }
         match path.extension().and_then(|e| e.to_str()) {
             Some("collapsed") | Some("txt") => Ok(Format::Collapsed),
             Some("svg") => Ok(Format::Svg),
+            Some("iprof") => Ok(Format::Iprof),
+            Some("jvmperf") => Ok(Format::Raw),
             _ => Err(Error::new(
                 ErrorKind::Usage,
                 format!(
-                    "cannot tell the format of {} from its extension: use .collapsed, .txt or .svg, or --format",
+                    "cannot tell the format of {} from its extension: use {EXTENSIONS}, or --format",
                     path.display()
                 ),
             )),
         }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Collapsed => "collapsed stacks",
+            Format::Svg => "SVG flame graph",
+            Format::Iprof => "iprof",
+            Format::Pprof => "pprof",
+            Format::Raw => "jvmperf recording",
+        }
+    }
+
+    /// Whether files of this format keep each sample's time.
+    pub fn keeps_times(self) -> bool {
+        self == Format::Raw
+    }
+
+    /// Whether files of this format keep each sample's thread.
+    pub fn keeps_threads(self) -> bool {
+        matches!(self, Format::Raw | Format::Pprof)
     }
 }
 
@@ -74,7 +141,15 @@ pub fn render(profile: &Profile, format: Format, opts: &OutputOptions) -> Result
     match format {
         Format::Collapsed => Ok(collapsed::render(profile, opts).into_bytes()),
         Format::Svg => flamegraph::render(profile, opts),
+        Format::Iprof => iprof::render(profile),
+        Format::Pprof => pprof::render(profile),
+        Format::Raw => raw::render(profile),
     }
+}
+
+/// Render `profile` as `format` and write it to `path`.
+pub fn save(profile: &Profile, format: Format, opts: &OutputOptions, path: &Path) -> Result<()> {
+    write_file(path, &render(profile, format, opts)?)
 }
 
 /// Write `bytes` to `path`: a regular file atomically (temporary file + rename); anything else that

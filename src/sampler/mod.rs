@@ -113,6 +113,44 @@ impl SamplerConfig {
     }
 }
 
+/// One ring-buffer record as the sampler reads it.
+#[derive(Debug)]
+pub enum ParsedRecord<'a> {
+    /// A sample; its `kernel_ips` borrow the vector passed to [`parse_record`].
+    Sample(Sample<'a>),
+    /// The kernel dropped this many samples (buffer full).
+    Lost(u64),
+    Throttle,
+    Unthrottle,
+    /// A kind the sampler ignores.
+    Other,
+}
+
+/// Parses one complete ring-buffer record (header included), laid out for the sample type the
+/// sampler configures (TID, TIME, [CALLCHAIN when `kernel_callchain`], REGS_USER, STACK_USER).
+/// Kernel return addresses are decoded into `kernel_ips`. `None`: the record is malformed.
+///
+/// This is exactly what [`Sampler::poll`] runs on every record; it is public for the fuzz targets.
+pub fn parse_record<'a>(
+    bytes: &'a [u8],
+    kernel_callchain: bool,
+    kernel_ips: &'a mut Vec<u64>,
+) -> Option<ParsedRecord<'a>> {
+    Some(match record::parse(bytes, kernel_callchain)? {
+        Record::Sample { sample, callchain } => {
+            record::kernel_ips(callchain, kernel_ips);
+            ParsedRecord::Sample(Sample {
+                kernel_ips,
+                ..sample
+            })
+        }
+        Record::Lost(n) => ParsedRecord::Lost(n),
+        Record::Throttle => ParsedRecord::Throttle,
+        Record::Unthrottle => ParsedRecord::Unthrottle,
+        Record::Other => ParsedRecord::Other,
+    })
+}
+
 /// Counters since [`Sampler::open`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SamplerStats {
@@ -322,24 +360,19 @@ impl Sampler {
             ..
         } = self;
         for event in threads.values() {
-            let drained =
-                event
-                    .ring
-                    .drain(scratch, |bytes| match record::parse(bytes, has_callchain) {
-                        Some(Record::Sample { sample, callchain }) => {
-                            record::kernel_ips(callchain, kernel_ips);
-                            stats.samples += 1;
-                            sink(&Sample {
-                                kernel_ips,
-                                ..sample
-                            });
-                        }
-                        Some(Record::Lost(n)) => stats.lost += n,
-                        Some(Record::Throttle) => stats.throttled += 1,
-                        Some(Record::Unthrottle) => stats.unthrottled += 1,
-                        Some(Record::Other) => {}
-                        None => stats.malformed += 1,
-                    });
+            let drained = event.ring.drain(scratch, |bytes| {
+                match parse_record(bytes, has_callchain, kernel_ips) {
+                    Some(ParsedRecord::Sample(sample)) => {
+                        stats.samples += 1;
+                        sink(&sample);
+                    }
+                    Some(ParsedRecord::Lost(n)) => stats.lost += n,
+                    Some(ParsedRecord::Throttle) => stats.throttled += 1,
+                    Some(ParsedRecord::Unthrottle) => stats.unthrottled += 1,
+                    Some(ParsedRecord::Other) => {}
+                    None => stats.malformed += 1,
+                }
+            });
             stats.bytes += drained.bytes;
             stats.malformed += u64::from(drained.resynced);
         }

@@ -1,11 +1,17 @@
-//! `cargo xtask bench record`: what one sample of `jvmperf record` costs on a busy 2-thread JVM,
-//! with JFR's method sampling measured the same way as the peer.
+//! `cargo xtask bench record`: what one sample of `jvmperf record -F 5000` costs on a busy 2-thread
+//! JVM, with JFR's method sampling measured the same way as the peer.
 //!
 //! One `bench.Throughput` JVM (2 threads of fixed-size work units, a `WORK <nanoTime> <units>`
-//! line every 100 ms) runs `ROUNDS` × (unprofiled, jvmperf, unprofiled, JFR) plus a final
+//! line every 100 ms) runs `ROUNDS` x (unprofiled, jvmperf, unprofiled, JFR) plus a final
 //! unprofiled run, `RUN_SECS` each, so every profiled run sits between two unprofiled ones. Only
 //! the steady state counts: the work done between two WORK lines inside the sampling window
-//! (after attach / `JFR.start` returned, before jvmperf's last sample / `JFR.stop`).
+//! (after the first sample / `JFR.start` returned, up to the last sample / `JFR.stop`).
+//!
+//! Work is measured per CPU-second of the JVM process, not per wall second: the machine is shared,
+//! and other load changes how much CPU the JVM gets far more than a profiler does. The CPU a
+//! profiler costs the JVM (perf interrupts and stack copies are charged to the interrupted
+//! thread; JFR's sampler thread is a JVM thread) lowers the work per JVM CPU-second; jvmperf's own
+//! CPU is measured separately, so the two add up without counting anything twice.
 
 use std::io::Read;
 use std::os::raw::{c_int, c_long};
@@ -23,10 +29,9 @@ use crate::jdk;
 const ROUNDS: usize = 5;
 const RUN_SECS: u64 = 6;
 const FREQUENCY: u64 = 5000;
-const THREADS: f64 = 2.0;
 const GOAL_US: f64 = 8.0;
 /// Start-of-window margin (after attach or `JFR.start`).
-const SETTLE: Duration = Duration::from_millis(500);
+const SETTLE: Duration = Duration::from_millis(300);
 const JFC: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 <configuration version="2.0" label="jvmperf-bench" description="Method sampling only, 1 ms">
   <event name="jdk.ExecutionSample"><setting name="enabled">true</setting><setting name="period">1 ms</setting></event>
@@ -34,27 +39,30 @@ const JFC: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 </configuration>
 "#;
 
-/// One `WORK` line: the app's clock and count, when it arrived, and jvmperf's CPU then.
+/// One `WORK` line: the app's clock and count, when it arrived, and the CPU seconds of the JVM
+/// and of the probed process (jvmperf) then.
 struct Work {
     nanos: u64,
     units: u64,
     at: Instant,
     wall_ns: i128,
+    jvm_cpu: f64,
     probe_cpu: Option<f64>,
 }
 
-/// Work done between two WORK lines.
+/// Work done between two WORK lines, and the CPU seconds used meanwhile.
 struct Window {
     secs: f64,
     units: f64,
-    /// CPU seconds of the probed process (jvmperf) in between.
-    cpu: f64,
+    jvm_cpu: f64,
+    probe_cpu: f64,
     wall_ns: (i128, i128),
 }
 
 impl Window {
-    fn rate(&self) -> f64 {
-        self.units / self.secs
+    /// Work units per JVM CPU-second.
+    fn efficiency(&self) -> f64 {
+        self.units / self.jvm_cpu
     }
 }
 
@@ -93,16 +101,14 @@ impl Target {
                     else {
                         bail!("bad line from bench.Throughput: {line}");
                     };
-                    let probe_cpu = match self.probe {
-                        Some(pid) => proc_cpu_secs(pid),
-                        None => None,
-                    };
+                    let jvm_cpu = proc_cpu_secs(self.jvm.pid()).context("JVM CPU time")?;
                     self.log.push(Work {
                         nanos,
                         units,
                         at: Instant::now(),
                         wall_ns: wall_ns(SystemTime::now()),
-                        probe_cpu,
+                        jvm_cpu,
+                        probe_cpu: self.probe.and_then(proc_cpu_secs),
                     });
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
@@ -126,7 +132,8 @@ impl Target {
         Ok(Window {
             secs,
             units: (b.units - a.units) as f64,
-            cpu: match (a.probe_cpu, b.probe_cpu) {
+            jvm_cpu: b.jvm_cpu - a.jvm_cpu,
+            probe_cpu: match (a.probe_cpu, b.probe_cpu) {
                 (Some(x), Some(y)) => y - x,
                 _ => 0.0,
             },
@@ -176,19 +183,12 @@ struct Reaped {
     maxrss_kib: c_long,
 }
 
-/// Reaps child `pid` with `wait4`, which also returns its own rusage.
-fn reap(pid: u32, block: bool) -> Result<Option<Reaped>> {
+/// Reaps child `pid` if it has exited, with `wait4`, which also returns the child's own rusage.
+fn try_reap(pid: u32) -> Result<Option<Reaped>> {
     const WNOHANG: c_int = 1;
     let (mut status, mut ru) = (0, Rusage::default());
     // SAFETY: wait4 only writes through the two pointers, which are valid for the call.
-    let r = unsafe {
-        wait4(
-            pid as c_int,
-            &mut status,
-            if block { 0 } else { WNOHANG },
-            &mut ru,
-        )
-    };
+    let r = unsafe { wait4(pid as c_int, &mut status, WNOHANG, &mut ru) };
     if r == 0 {
         return Ok(None);
     }
@@ -285,7 +285,7 @@ fn jvmperf_run(t: &mut Target, jvmperf: &Path, out: &Path) -> Result<JvmperfRun>
     let mut reaped = None;
     let timeout = Duration::from_secs(RUN_SECS + 120);
     let done = t.pump_until(timeout, || {
-        reaped = reap(child.id(), false)?;
+        reaped = try_reap(child.id())?;
         Ok(reaped.is_some())
     });
     t.probe = None;
@@ -334,6 +334,7 @@ fn jvmperf_run(t: &mut Target, jvmperf: &Path, out: &Path) -> Result<JvmperfRun>
     // Up to the WORK line before the last sample: jvmperf symbolizes after that.
     let settle = SETTLE.as_nanos() as u64;
     let window = t.window(from, |w| w.nanos >= first + settle && w.nanos <= last)?;
+    ensure!(window.probe_cpu > 0.0, "could not read jvmperf's CPU time");
     Ok(JvmperfRun {
         window,
         samples,
@@ -385,8 +386,8 @@ fn jfr_run(t: &mut Target, jfc: &Path, file: PathBuf) -> Result<JfrRun> {
     })
 }
 
-/// `jdk.ExecutionSample` events in a recording, in total and inside `wall_ns`.
-fn jfr_samples(file: &Path, wall_ns: (i128, i128)) -> Result<(u64, u64)> {
+/// `jdk.ExecutionSample` events in a recording with a timestamp inside `wall_ns`.
+fn jfr_samples(file: &Path, wall_ns: (i128, i128)) -> Result<u64> {
     let out = Command::new(jdk::tool("jfr")?)
         .args(["print", "--json", "--stack-depth", "1", "--events"])
         .arg("jdk.ExecutionSample")
@@ -395,17 +396,16 @@ fn jfr_samples(file: &Path, wall_ns: (i128, i128)) -> Result<(u64, u64)> {
         .output()
         .context("running jfr print")?;
     ensure!(out.status.success(), "jfr print {} failed", file.display());
-    let (mut total, mut inside) = (0, 0);
+    let mut inside = 0;
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Some(ts) = line.trim().strip_prefix("\"startTime\": \"") else {
             continue;
         };
         let ns = iso_utc_ns(ts.trim_end_matches(['"', ',', ' ']))
             .with_context(|| format!("bad JFR timestamp {ts}"))?;
-        total += 1;
         inside += u64::from(ns >= wall_ns.0 && ns <= wall_ns.1);
     }
-    Ok((total, inside))
+    Ok(inside)
 }
 
 /// `2026-11-21T20:40:54.529903555Z` → ns since the Unix epoch.
@@ -482,69 +482,73 @@ fn measure(jvmperf: &Path, dir: &Path) -> Result<()> {
     let max_rate_after = max_rate().unwrap_or_default();
 
     // Baseline for profiled run k: the unprofiled runs just before and after it.
-    let base = |k: usize| (unprofiled[k].rate() + unprofiled[k + 1].rate()) / 2.0;
-    let mut jp_cost = Vec::new();
-    let mut jp_lost_only = Vec::new();
-    let mut jp_cpu = Vec::new();
-    for (i, r) in jp.iter().enumerate() {
-        let w = &r.window;
-        let lost_frac = 1.0 - w.rate() / base(2 * i);
-        let lost_cpu = lost_frac * THREADS * w.secs;
-        let n = r.window_samples();
-        jp_cost.push((lost_cpu + w.cpu) / n * 1e6);
-        jp_lost_only.push(lost_cpu / n * 1e6);
-        jp_cpu.push(w.cpu / n * 1e6);
-        println!(
-            "record: jvmperf run {}: work {:.0}/s vs unprofiled {:.0}/s (lost {:.1}%), {:.0} samples in {:.2} s window ({:.0}/s; {} lost in the run), jvmperf CPU {:.2} s -> {:.1} us/sample",
-            i + 1,
-            w.rate(),
-            base(2 * i),
-            lost_frac * 100.0,
-            n,
-            w.secs,
-            n / w.secs,
-            r.lost,
-            w.cpu,
-            jp_cost[i]
-        );
-    }
-    let mut jfr_cost = Vec::new();
-    let mut jfr_rate = Vec::new();
+    let base = |k: usize| (unprofiled[k].efficiency() + unprofiled[k + 1].efficiency()) / 2.0;
+    let jp_costs: Vec<Cost> = jp
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            Cost::new(
+                &r.window,
+                base(2 * i),
+                r.window.probe_cpu,
+                r.window_samples(),
+            )
+        })
+        .collect();
+    let mut jfr_costs = Vec::new();
     for (i, r) in jfr.iter().enumerate() {
-        let w = &r.window;
-        let (total, n) = jfr_samples(&r.file, w.wall_ns)?;
+        let n = jfr_samples(&r.file, r.window.wall_ns)?;
         ensure!(n > 0, "JFR recorded no execution samples in run {}", i + 1);
-        let lost_frac = 1.0 - w.rate() / base(2 * i + 1);
-        jfr_cost.push(lost_frac * THREADS * w.secs / n as f64 * 1e6);
-        jfr_rate.push(n as f64 / w.secs);
-        println!(
-            "record: JFR run {}: work {:.0}/s vs unprofiled {:.0}/s (lost {:.1}%), {n} samples in {:.2} s window ({:.0}/s; {total} in the recording), JFR.start took {:.2} s -> {:.1} us/sample",
-            i + 1,
-            w.rate(),
-            base(2 * i + 1),
-            lost_frac * 100.0,
-            w.secs,
-            n as f64 / w.secs,
-            r.start_secs,
-            jfr_cost[i]
-        );
+        jfr_costs.push(Cost::new(&r.window, base(2 * i + 1), 0.0, n as f64));
     }
 
     println!(
-        "record: cost per sample = (lost_work_fraction x 2 threads x window_s + jvmperf_cpu_s) / samples_in_window x 1e6, per profiled run; lost_work_fraction = 1 - work_rate / mean(work_rate of the unprofiled runs before and after); window = WORK lines from 0.5 s after the first sample (JFR: after JFR.start returned) to the last sample (JFR: JFR.stop); samples_in_window = samples x window_s / sample_span_s (JFR: events counted by timestamp)"
+        "record: unprofiled work per JVM CPU-second: {} (the JVM got {} CPUs; other load on the machine took the rest)",
+        list(&unprofiled.iter().map(Window::efficiency).collect::<Vec<_>>(), 0),
+        list(&unprofiled.iter().map(|w| w.jvm_cpu / w.secs).collect::<Vec<_>>(), 2),
     );
-    let cost = median(jp_cost.clone());
+    for (i, (r, c)) in jp.iter().zip(&jp_costs).enumerate() {
+        println!(
+            "record: jvmperf run {}: {}, jvmperf CPU {:.2} s; {} lost samples in the run -> {:.1} us/sample",
+            i + 1,
+            c.describe(),
+            c.own_cpu,
+            r.lost,
+            c.micros()
+        );
+    }
+    for (i, (r, c)) in jfr.iter().zip(&jfr_costs).enumerate() {
+        println!(
+            "record: JFR run {}: {}; JFR.start took {:.2} s -> {:.1} us/sample",
+            i + 1,
+            c.describe(),
+            r.start_secs,
+            c.micros()
+        );
+    }
     println!(
-        "record: jvmperf -F {FREQUENCY}: median {cost:.1} us/sample (runs: {}) (goal <= {GOAL_US:.0} us; ratio to goal {:.2}); of which target slowdown alone {:.1} us/sample (runs: {})",
-        list(&jp_cost, 1),
+        "record: cost per sample = (jvm_cpu_lost_s + profiler_cpu_s) / samples x 1e6 over each profiled run's steady window; jvm_cpu_lost_s = jvm_cpu_s x (1 - eff / eff_unprofiled), eff = work units per JVM CPU-second (utime+stime of the JVM process), eff_unprofiled = mean of the unprofiled runs before and after; profiler_cpu_s = jvmperf's utime+stime (JFR: 0, its sampler is a JVM thread); window = WORK lines from {:.1} s after the first sample (JFR: after JFR.start returned) to the last sample (JFR: JFR.stop); samples = jvmperf's count x window_s / sample_span_s (JFR: events by timestamp)",
+        SETTLE.as_secs_f64()
+    );
+    let med = |costs: &[Cost], f: fn(&Cost) -> f64| median(costs.iter().map(f).collect());
+    let cost = med(&jp_costs, Cost::micros);
+    println!(
+        "record: jvmperf -F {FREQUENCY}: median {cost:.1} us/sample (runs: {}) (goal <= {GOAL_US:.0} us; ratio to goal {:.2}); medians of the parts: JVM slowdown {:.1} + jvmperf CPU {:.1} us/sample",
+        list(&jp_costs.iter().map(Cost::micros).collect::<Vec<_>>(), 1),
         cost / GOAL_US,
-        median(jp_lost_only.clone()),
-        list(&jp_lost_only, 1)
+        med(&jp_costs, |c| c.jvm_lost_cpu / c.samples * 1e6),
+        med(&jp_costs, |c| c.own_cpu / c.samples * 1e6),
     );
     let rss = jp.iter().map(|r| r.maxrss_kib).max().unwrap_or(0);
+    println!(
+        "record: jvmperf daemon: steady-state CPU {} us/sample; peak RSS {:.0} MiB; total CPU per run {} s",
+        list(&jp_costs.iter().map(|c| c.own_cpu / c.samples * 1e6).collect::<Vec<_>>(), 1),
+        rss as f64 / 1024.0,
+        list(&jp.iter().map(|r| r.cpu).collect::<Vec<_>>(), 2)
+    );
     let one_off_cpu: Vec<f64> = jp
         .iter()
-        .map(|r| r.cpu - r.window.cpu / r.window.secs * r.span)
+        .map(|r| r.cpu - r.window.probe_cpu / r.window.secs * r.span)
         .collect();
     let attach: Vec<f64> = jp.iter().map(|r| r.wall - r.summary_secs).collect();
     let finish: Vec<f64> = jp
@@ -552,24 +556,17 @@ fn measure(jvmperf: &Path, dir: &Path) -> Result<()> {
         .map(|r| r.summary_secs - RUN_SECS as f64)
         .collect();
     println!(
-        "record: jvmperf daemon CPU: median {:.1} us/sample in steady state (runs: {}); peak RSS {:.0} MiB; total CPU per run {} s",
-        median(jp_cpu.clone()),
-        list(&jp_cpu, 1),
-        rss as f64 / 1024.0,
-        list(&jp.iter().map(|r| r.cpu).collect::<Vec<_>>(), 2)
-    );
-    println!(
-        "record: jvmperf one-off per run (not per sample): CPU outside steady sampling {} s; attach wall {} s (first run includes loading the agent); symbolize + write wall {} s",
+        "record: jvmperf one-off per run (not per sample): CPU outside steady sampling {} s; wall: attach {} s (the first loads the agent), symbolize + write {} s",
         list(&one_off_cpu, 2),
         list(&attach, 2),
         list(&finish, 2)
     );
-    let lost_total: u64 = jp.iter().map(|r| r.lost).sum();
-    let samples_total: f64 = jp.iter().map(|r| r.samples).sum();
+    let lost: u64 = jp.iter().map(|r| r.lost).sum();
+    let recorded: f64 = jp.iter().map(|r| r.samples).sum();
     println!(
-        "record: jvmperf samples: {samples_total:.0} recorded, {lost_total} lost (ring buffer full) over {ROUNDS} runs; {:.0} recorded/s per run vs {:.0}/s requested (2 threads x {FREQUENCY} Hz)",
-        median(jp.iter().map(|r| r.samples / r.span).collect()),
-        THREADS * FREQUENCY as f64
+        "record: jvmperf samples: {recorded:.0} recorded, {lost} lost (ring buffer full, {:.0}%) over {ROUNDS} runs; per JVM CPU-second {:.0} recorded (-F {FREQUENCY} asks {FREQUENCY} per thread CPU-second)",
+        100.0 * lost as f64 / (lost as f64 + recorded),
+        med(&jp_costs, |c| c.samples / c.jvm_cpu)
     );
     if max_rate_before != max_rate_after {
         println!(
@@ -578,20 +575,69 @@ fn measure(jvmperf: &Path, dir: &Path) -> Result<()> {
             max_rate_after.trim()
         );
     }
-    let jfr_med = median(jfr_cost.clone());
+    let jfr_cost = med(&jfr_costs, Cost::micros);
     println!(
-        "record: JFR (jdk.ExecutionSample period=1 ms, its CPU is inside the JVM, so slowdown only): median {jfr_med:.1} us/sample (runs: {}), {:.0} samples/s; first JFR.start {:.2} s (JFR initialization), later {:.2} s",
-        list(&jfr_cost, 1),
-        median(jfr_rate.clone()),
+        "record: JFR (jdk.ExecutionSample period=1 ms): median {jfr_cost:.1} us/sample (runs: {}); first JFR.start {:.2} s (initializes JFR), later ones {:.2} s",
+        list(&jfr_costs.iter().map(Cost::micros).collect::<Vec<_>>(), 1),
         jfr[0].start_secs,
         median(jfr[1..].iter().map(|r| r.start_secs).collect())
     );
     println!(
-        "record: side by side: jvmperf {cost:.1} us/sample at {:.0} samples/s vs JFR {jfr_med:.1} us/sample at {:.0} samples/s",
-        median(jp.iter().map(|r| r.window_samples() / r.window.secs).collect()),
-        median(jfr_rate)
+        "record: side by side: jvmperf {cost:.1} us/sample, {:.0} samples/s, JVM slowdown {:.1}% | JFR {jfr_cost:.1} us/sample, {:.0} samples/s, JVM slowdown {:.1}%",
+        med(&jp_costs, |c| c.samples / c.secs),
+        med(&jp_costs, |c| c.lost_frac * 100.0),
+        med(&jfr_costs, |c| c.samples / c.secs),
+        med(&jfr_costs, |c| c.lost_frac * 100.0),
     );
     Ok(())
+}
+
+/// A profiled run's cost against its unprofiled baseline.
+struct Cost {
+    secs: f64,
+    jvm_cpu: f64,
+    efficiency: f64,
+    base: f64,
+    lost_frac: f64,
+    /// JVM CPU seconds beyond what the work took unprofiled.
+    jvm_lost_cpu: f64,
+    /// The profiler process's CPU seconds.
+    own_cpu: f64,
+    samples: f64,
+}
+
+impl Cost {
+    fn new(w: &Window, base: f64, own_cpu: f64, samples: f64) -> Cost {
+        let lost_frac = 1.0 - w.efficiency() / base;
+        Cost {
+            secs: w.secs,
+            jvm_cpu: w.jvm_cpu,
+            efficiency: w.efficiency(),
+            base,
+            lost_frac,
+            jvm_lost_cpu: lost_frac * w.jvm_cpu,
+            own_cpu,
+            samples,
+        }
+    }
+
+    fn micros(&self) -> f64 {
+        (self.jvm_lost_cpu + self.own_cpu) / self.samples * 1e6
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{:.2} s window, JVM {:.2} CPUs, {:.0} units/CPU-s vs {:.0} unprofiled (lost {:.1}% = {:.2} CPU-s), {:.0} samples ({:.0}/s)",
+            self.secs,
+            self.jvm_cpu / self.secs,
+            self.efficiency,
+            self.base,
+            self.lost_frac * 100.0,
+            self.jvm_lost_cpu,
+            self.samples,
+            self.samples / self.secs
+        )
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 
 mod bench_apps;
 mod bench_attach;
+mod bench_convert;
 mod bench_jvm;
 mod bench_record;
 mod demo;
@@ -22,7 +23,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "bench",
-        "benchmarks: `bench attach` (time to a complete code map, replay rate), `bench record` (cost per sample vs JFR)",
+        "benchmarks: `bench attach` (time to a complete code map, replay rate), `bench record` (cost per sample vs JFR), `bench convert` (raw recording to every format)",
     ),
     (
         "demo",
@@ -50,7 +51,8 @@ fn run(args: &[String]) -> Result<()> {
         "bench" => match rest.split_first() {
             Some((name, args)) if name == "attach" => bench_attach::main(args),
             Some((name, args)) if name == "record" => bench_record::main(args),
-            _ => bail!("usage: cargo xtask bench attach|record"),
+            Some((name, args)) if name == "convert" => bench_convert::main(args),
+            _ => bail!("usage: cargo xtask bench attach|record|convert"),
         },
         "demo" => demo::main(rest),
         "help" | "-h" | "--help" => {

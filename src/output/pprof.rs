@@ -1,0 +1,481 @@
+//! pprof (`.pb.gz`): gzipped `profile.proto`, readable by `go tool pprof` and every pprof UI.
+//!
+//! - Sample types `samples/count` and `cpu/nanoseconds` (count × period); period type
+//!   `cpu/nanoseconds`, period = 1e9 / sampling frequency.
+//! - Functions: Java methods by `package.Class.method` with the source file and the first line of
+//!   the line table (system name = name + JVM descriptor); native code by symbol.
+//! - Locations: one per physical frame; a compiled Java frame carries its inlined methods as
+//!   extra lines (innermost first), as pprof models inlining.
+//! - Mappings tell the kind of code: `[jvm jit]`, `[jvm interpreter]`, `[jvm stubs]`,
+//!   `[kernel.kallsyms]`, `[thread]`, or the native module's file name.
+//! - Labels: `thread` (name) and `tid` on every sample.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::profile::{Frame, FrameId, FrameKind, Profile, MAX_WEIGHT};
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use prost::Message;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+
+#[rustfmt::skip]
+#[allow(clippy::all, clippy::pedantic, rustdoc::all)]
+#[path = "pprof_proto.rs"]
+mod proto;
+
+const JIT: &str = "[jvm jit]";
+const INTERPRETER: &str = "[jvm interpreter]";
+const STUBS: &str = "[jvm stubs]";
+const KERNEL: &str = "[kernel.kallsyms]";
+const THREAD: &str = "[thread]";
+const THREAD_LABEL: &str = "thread";
+const TID_LABEL: &str = "tid";
+/// Decompressed pprof files larger than this are refused (a corrupt or hostile file).
+const MAX_DECODED: u64 = 1 << 32;
+
+#[derive(Default)]
+struct Builder {
+    out: proto::Profile,
+    strings: HashMap<String, i64>,
+    functions: HashMap<(i64, i64, i64, i64), u64>,
+    locations: HashMap<(u64, Vec<(u64, i64)>), u64>,
+    mappings: HashMap<String, u64>,
+}
+
+impl Builder {
+    fn string(&mut self, s: &str) -> i64 {
+        if let Some(&id) = self.strings.get(s) {
+            return id;
+        }
+        let id = self.out.string_table.len() as i64;
+        self.out.string_table.push(s.to_string());
+        self.strings.insert(s.to_string(), id);
+        id
+    }
+
+    fn mapping(&mut self, frame: &Frame) -> u64 {
+        let name = match frame.kind {
+            FrameKind::Jit | FrameKind::Inlined => JIT,
+            FrameKind::Interpreted => INTERPRETER,
+            FrameKind::Stub => STUBS,
+            FrameKind::Kernel => KERNEL,
+            FrameKind::Thread => THREAD,
+            FrameKind::Native => match &frame.module {
+                Some(m) => m.as_str(),
+                None => return 0,
+            },
+        };
+        if let Some(&id) = self.mappings.get(name) {
+            return id;
+        }
+        let id = self.out.mapping.len() as u64 + 1;
+        let filename = self.string(name);
+        self.out.mapping.push(proto::Mapping {
+            id,
+            filename,
+            has_functions: true,
+            has_filenames: true,
+            has_line_numbers: true,
+            has_inline_frames: true,
+            ..Default::default()
+        });
+        self.mappings.insert(name.to_string(), id);
+        id
+    }
+
+    fn function(&mut self, frame: &Frame) -> u64 {
+        let name = self.string(&frame.name);
+        let system_name = match &frame.signature {
+            Some(sig) if frame.kind.is_java() => self.string(&format!("{}{sig}", frame.name)),
+            _ => name,
+        };
+        let filename = self.string(frame.file.as_deref().unwrap_or(""));
+        let start_line = frame.start_line.unwrap_or(0) as i64;
+        let key = (name, system_name, filename, start_line);
+        if let Some(&id) = self.functions.get(&key) {
+            return id;
+        }
+        let id = self.out.function.len() as u64 + 1;
+        self.out.function.push(proto::Function {
+            id,
+            name,
+            system_name,
+            filename,
+            start_line,
+        });
+        self.functions.insert(key, id);
+        id
+    }
+
+    /// The location of one physical frame: `frames` innermost first, the last one the frame that
+    /// owns the code.
+    fn location(&mut self, profile: &Profile, frames: &[FrameId]) -> u64 {
+        let owner = &profile.frames[*frames.last().unwrap_or(&0) as usize];
+        let mapping = self.mapping(owner);
+        let lines: Vec<(u64, i64)> = frames
+            .iter()
+            .map(|&f| {
+                let frame = &profile.frames[f as usize];
+                (self.function(frame), frame.line.unwrap_or(0) as i64)
+            })
+            .collect();
+        let key = (mapping, lines);
+        if let Some(&id) = self.locations.get(&key) {
+            return id;
+        }
+        let id = self.out.location.len() as u64 + 1;
+        self.out.location.push(proto::Location {
+            id,
+            mapping_id: mapping,
+            address: 0,
+            line: key
+                .1
+                .iter()
+                .map(|&(function_id, line)| proto::Line { function_id, line })
+                .collect(),
+            is_folded: false,
+        });
+        self.locations.insert(key, id);
+        id
+    }
+
+    /// Location ids of a stack, leaf first: inlined frames join the compiled frame below them.
+    fn stack(&mut self, profile: &Profile, root_to_leaf: &[FrameId]) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut pending: Vec<FrameId> = Vec::new();
+        for &f in root_to_leaf.iter().rev() {
+            pending.push(f);
+            if profile.frames[f as usize].kind != FrameKind::Inlined {
+                out.push(self.location(profile, &pending));
+                pending.clear();
+            }
+        }
+        if !pending.is_empty() {
+            out.push(self.location(profile, &pending));
+        }
+        out
+    }
+}
+
+pub fn render(profile: &Profile) -> Result<Vec<u8>> {
+    let mut b = Builder::default();
+    b.string("");
+    let value_type = |b: &mut Builder, t: &str, u: &str| proto::ValueType {
+        r#type: b.string(t),
+        unit: b.string(u),
+    };
+    b.out.sample_type = vec![
+        value_type(&mut b, "samples", "count"),
+        value_type(&mut b, "cpu", "nanoseconds"),
+    ];
+    b.out.period_type = Some(value_type(&mut b, "cpu", "nanoseconds"));
+    b.out.period = profile.period_ns as i64;
+    b.out.default_sample_type = b.string("cpu");
+    let comment = b.string("jvmperf");
+    b.out.comment.push(comment);
+    let times = profile.samples.iter().map(|s| s.time).filter(|&t| t != 0);
+    if let (Some(first), Some(last)) = (times.clone().min(), times.max()) {
+        b.out.duration_nanos = (last - first) as i64;
+    }
+
+    let mut stack_locations: Vec<Option<Vec<u64>>> = vec![None; profile.stacks.len()];
+    let (thread_key, tid_key) = (b.string(THREAD_LABEL), b.string(TID_LABEL));
+    for ((stack, tid), weight) in profile.weights_by_stack_and_thread() {
+        let location_id = match &stack_locations[stack as usize] {
+            Some(ids) => ids.clone(),
+            None => {
+                let ids = b.stack(profile, &profile.stacks[stack as usize]);
+                stack_locations[stack as usize] = Some(ids.clone());
+                ids
+            }
+        };
+        let thread = b.string(&profile.thread_name(tid));
+        b.out.sample.push(proto::Sample {
+            location_id,
+            value: vec![
+                weight as i64,
+                weight.saturating_mul(profile.period_ns) as i64,
+            ],
+            label: vec![
+                proto::Label {
+                    key: thread_key,
+                    str: thread,
+                    ..Default::default()
+                },
+                proto::Label {
+                    key: tid_key,
+                    num: tid as i64,
+                    ..Default::default()
+                },
+            ],
+        });
+    }
+    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+    gz.write_all(&b.out.encode_to_vec())
+        .and_then(|_| gz.finish())
+        .map_err(|e| Error::new(ErrorKind::Output, format!("cannot compress: {e}")))
+}
+
+fn corrupt(what: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorKind::Usage,
+        format!("not a valid pprof file: {what} (pass a gzipped profile.proto, as jvmperf or pprof writes it)"),
+    )
+}
+
+pub fn parse(bytes: &[u8]) -> Result<Profile> {
+    let decoded;
+    let raw = if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        GzDecoder::new(bytes)
+            .take(MAX_DECODED + 1)
+            .read_to_end(&mut out)
+            .map_err(|e| corrupt(format!("gzip: {e}")))?;
+        if out.len() as u64 > MAX_DECODED {
+            return Err(corrupt("more than 4 GiB decompressed"));
+        }
+        decoded = out;
+        &decoded[..]
+    } else {
+        bytes
+    };
+    let pb = proto::Profile::decode(raw).map_err(|e| corrupt(format!("protobuf: {e}")))?;
+    let string = |i: i64| -> Result<&str> {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| pb.string_table.get(i))
+            .map(String::as_str)
+            .ok_or_else(|| corrupt(format!("string index {i} out of range")))
+    };
+    let count_index = pb
+        .sample_type
+        .iter()
+        .map(|t| Ok((string(t.r#type)?, string(t.unit)?)))
+        .collect::<Result<Vec<_>>>()?
+        .iter()
+        .position(|&(t, u)| t == "samples" && u == "count")
+        .ok_or_else(|| corrupt("no samples/count sample type"))?;
+    let mut mappings: HashMap<u64, &str> = HashMap::new();
+    for m in &pb.mapping {
+        mappings.insert(m.id, string(m.filename)?);
+    }
+    let functions: HashMap<u64, &proto::Function> = pb.function.iter().map(|f| (f.id, f)).collect();
+
+    let mut profile = Profile::default();
+    if let Some(pt) = &pb.period_type {
+        if string(pt.unit)? == "nanoseconds" {
+            profile.period_ns = pb.period.max(0) as u64;
+        }
+    }
+    // Frames of each location, outermost first (root-to-leaf order).
+    let mut location_frames: HashMap<u64, Vec<FrameId>> = HashMap::new();
+    for l in &pb.location {
+        let mapping = match l.mapping_id {
+            0 => None,
+            id => Some(
+                *mappings
+                    .get(&id)
+                    .ok_or_else(|| corrupt(format!("location {} names mapping {id}", l.id)))?,
+            ),
+        };
+        let mut ids = Vec::with_capacity(l.line.len());
+        for (depth, line) in l.line.iter().rev().enumerate() {
+            let f = functions.get(&line.function_id).ok_or_else(|| {
+                corrupt(format!(
+                    "location {} names function {}",
+                    l.id, line.function_id
+                ))
+            })?;
+            let name = string(f.name)?;
+            let system_name = string(f.system_name)?;
+            let kind = match mapping {
+                Some(JIT) if depth == 0 => FrameKind::Jit,
+                Some(JIT) => FrameKind::Inlined,
+                Some(INTERPRETER) => FrameKind::Interpreted,
+                Some(STUBS) => FrameKind::Stub,
+                Some(KERNEL) => FrameKind::Kernel,
+                Some(THREAD) => FrameKind::Thread,
+                _ => FrameKind::Native,
+            };
+            let positive = |v: i64| u32::try_from(v).ok().filter(|&v| v > 0);
+            let file = string(f.filename)?;
+            let frame = Frame {
+                file: (!file.is_empty()).then(|| file.to_string()),
+                line: positive(line.line),
+                start_line: positive(f.start_line),
+                signature: system_name
+                    .strip_prefix(name)
+                    .filter(|s| kind.is_java() && s.starts_with('('))
+                    .map(str::to_string),
+                module: mapping
+                    .filter(|_| kind == FrameKind::Native)
+                    .map(str::to_string),
+                ..Frame::named(name, kind)
+            };
+            ids.push(profile.intern_frame(frame));
+        }
+        location_frames.insert(l.id, ids);
+    }
+    let mut synthetic_tids: HashMap<String, u32> = HashMap::new();
+    for s in &pb.sample {
+        let weight = *s
+            .value
+            .get(count_index)
+            .ok_or_else(|| corrupt("a sample lacks its count value"))?;
+        let weight = u64::try_from(weight)
+            .ok()
+            .filter(|&w| w <= MAX_WEIGHT)
+            .ok_or_else(|| corrupt(format!("sample count {weight}")))?;
+        let mut stack = Vec::new();
+        for id in s.location_id.iter().rev() {
+            let frames = location_frames
+                .get(id)
+                .ok_or_else(|| corrupt(format!("a sample names location {id}")))?;
+            stack.extend_from_slice(frames);
+        }
+        let mut thread = None;
+        let mut tid = None;
+        for label in &s.label {
+            match string(label.key)? {
+                THREAD_LABEL => thread = Some(string(label.str)?),
+                TID_LABEL => tid = u32::try_from(label.num).ok(),
+                _ => {}
+            }
+        }
+        let tid = match (tid, thread) {
+            (Some(tid), _) => tid,
+            (None, Some(name)) => {
+                let next = u32::MAX - synthetic_tids.len() as u32;
+                *synthetic_tids.entry(name.to_string()).or_insert(next)
+            }
+            (None, None) => 0,
+        };
+        if let Some(name) = thread {
+            profile.thread_names.insert(tid, name.to_string());
+        }
+        profile.add_counted(stack, tid, weight);
+    }
+    Ok(profile)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::Sample;
+
+    fn fixture() -> Profile {
+        let mut p = Profile::default();
+        p.period_ns = 1_000_000;
+        let java = |name: &str, kind, line| Frame {
+            file: Some("App.java".into()),
+            line: Some(line),
+            bci: Some(1),
+            signature: Some("(J)J".into()),
+            start_line: Some(3),
+            ..Frame::named(name, kind)
+        };
+        let libc = p.intern_frame(Frame {
+            module: Some("libc.so.6".into()),
+            ..Frame::named("start_thread", FrameKind::Native)
+        });
+        let main = p.intern_frame(java("bench.App.main", FrameKind::Interpreted, 5));
+        let hot = p.intern_frame(java("bench.App.hot", FrameKind::Jit, 9));
+        let helper = p.intern_frame(java("bench.App.helper", FrameKind::Inlined, 14));
+        let kernel = p.intern_frame(Frame::named("do_syscall_64", FrameKind::Kernel));
+        let s1 = p.intern_stack(vec![libc, main, hot, helper]);
+        let s2 = p.intern_stack(vec![libc, main, hot, kernel]);
+        p.thread_names.insert(10, "worker".into());
+        for (tid, stack, weight) in [(10, s1, 2), (11, s2, 1), (10, s1, 1)] {
+            p.samples.push(Sample {
+                time: 0,
+                tid,
+                stack,
+                weight,
+            });
+        }
+        p
+    }
+
+    #[test]
+    fn inlined_frames_share_a_location_and_everything_reads_back() {
+        let p = fixture();
+        let bytes = render(&p).unwrap();
+        let mut raw = Vec::new();
+        GzDecoder::new(&bytes[..]).read_to_end(&mut raw).unwrap();
+        let pb = proto::Profile::decode(&raw[..]).unwrap();
+        assert_eq!(pb.period, 1_000_000);
+        assert_eq!(pb.sample.len(), 2, "same stack and thread aggregated");
+        assert_eq!(pb.sample[0].value, vec![3, 3_000_000]);
+        let leaf = pb
+            .location
+            .iter()
+            .find(|l| l.id == pb.sample[0].location_id[0])
+            .unwrap();
+        let fname = |id: u64| {
+            let f = pb.function.iter().find(|f| f.id == id).unwrap();
+            pb.string_table[f.name as usize].as_str()
+        };
+        let names: Vec<&str> = leaf.line.iter().map(|l| fname(l.function_id)).collect();
+        assert_eq!(names, ["bench.App.helper", "bench.App.hot"]);
+        assert_eq!(pb.sample[0].location_id.len(), 3);
+
+        let q = parse(&bytes).unwrap();
+        assert_eq!(q.total_weight(), 4);
+        assert_eq!(q.period_ns, 1_000_000);
+        assert_eq!(q.thread_name(10), "worker");
+        assert_eq!(q.thread_name(11), "tid-11");
+        let s = &q.stacks[q.samples[0].stack as usize];
+        let got: Vec<Frame> = s.iter().map(|&f| q.frames[f as usize].clone()).collect();
+        let want: Vec<Frame> = p.stacks[0]
+            .iter()
+            .map(|&f| Frame {
+                bci: None,
+                ..p.frames[f as usize].clone()
+            })
+            .collect();
+        assert_eq!(got, want);
+        let kinds: Vec<FrameKind> = q.stacks[q.samples[1].stack as usize]
+            .iter()
+            .map(|&f| q.frames[f as usize].kind)
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                FrameKind::Native,
+                FrameKind::Interpreted,
+                FrameKind::Jit,
+                FrameKind::Kernel
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_files_are_errors() {
+        let good = render(&fixture()).unwrap();
+        for cut in [1, 10, good.len() / 2, good.len() - 1] {
+            let e = parse(&good[..cut]).unwrap_err();
+            assert!(e.message.contains("not a valid pprof"), "{}", e.message);
+        }
+        let e = parse(b"\x0a\x05garbage").unwrap_err();
+        assert!(e.message.contains("protobuf"), "{}", e.message);
+        let no_count = proto::Profile {
+            string_table: vec!["".into()],
+            ..Default::default()
+        };
+        let e = parse(&no_count.encode_to_vec()).unwrap_err();
+        assert!(e.message.contains("samples/count"), "{}", e.message);
+        let dangling = proto::Profile {
+            string_table: vec!["".into(), "samples".into(), "count".into()],
+            sample_type: vec![proto::ValueType { r#type: 1, unit: 2 }],
+            sample: vec![proto::Sample {
+                location_id: vec![7],
+                value: vec![1],
+                label: vec![],
+            }],
+            ..Default::default()
+        };
+        let e = parse(&dangling.encode_to_vec()).unwrap_err();
+        assert!(e.message.contains("location 7"), "{}", e.message);
+    }
+}

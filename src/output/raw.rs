@@ -1,0 +1,493 @@
+//! The `.jvmperf` raw recording: every sample with its CLOCK_MONOTONIC time and thread, already
+//! symbolized, so a recording can be converted, windowed and filtered later.
+//!
+//! Layout (version 1.0; integers are unsigned LEB128 varints unless noted):
+//!
+//! ```text
+//! header (24 bytes, fixed):
+//!   magic        8 bytes  "JVMPERF\0"
+//!   major, minor 2 × u8   1, 0 — a reader refuses another major and reads any minor
+//!   flags        u8       bit 0: the body is gzip-compressed
+//!   reserved     u8       0
+//!   crc32        u32 LE   of the uncompressed body
+//!   body_len     u64 LE   length of the uncompressed body
+//! body:
+//!   period_ns, start_ns
+//!   strings:  n, n × (len, UTF-8 bytes)
+//!   threads:  n, n × (tid, name)                      name = string index + 1, 0 = unnamed
+//!   frames:   n, n × (kind u8, name, file, line, bci, signature, module, start_line)
+//!             name is a string index; the others are optional: 0 = absent, else value + 1
+//!             (bci zigzag-encoded first); kind numbers follow `FrameKind::ALL`
+//!   stacks:   n, n × (depth, depth × frame index)      root first
+//!   samples:  n, n × (time delta, thread index, stack index, weight)
+//!             time delta: zigzag(time − previous time), the first against start_ns
+//! ```
+//!
+//! Later minor versions may append fields after the samples; readers ignore them.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::profile::{Frame, FrameKind, Profile, Sample, MAX_WEIGHT};
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use flate2::{Compression, Crc};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+
+pub const MAGIC: &[u8; 8] = b"JVMPERF\0";
+const MAJOR: u8 = 1;
+const MINOR: u8 = 0;
+const FLAG_GZIP: u8 = 1;
+const HEADER_LEN: usize = 24;
+/// Larger bodies are refused rather than allocated (a corrupt length).
+const MAX_BODY: u64 = 1 << 36;
+
+fn put(buf: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        buf.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    buf.push(v as u8);
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    (v >> 1) as i64 ^ -((v & 1) as i64)
+}
+
+#[derive(Default)]
+struct Strings<'a> {
+    ids: HashMap<&'a str, u64>,
+    list: Vec<&'a str>,
+}
+
+impl<'a> Strings<'a> {
+    fn id(&mut self, s: &'a str) -> u64 {
+        *self.ids.entry(s).or_insert_with(|| {
+            self.list.push(s);
+            self.list.len() as u64 - 1
+        })
+    }
+
+    fn opt(&mut self, s: Option<&'a String>) -> u64 {
+        s.map_or(0, |s| self.id(s) + 1)
+    }
+}
+
+fn kind_code(kind: FrameKind) -> u8 {
+    FrameKind::ALL.iter().position(|&k| k == kind).unwrap_or(0) as u8
+}
+
+pub fn render(profile: &Profile) -> Result<Vec<u8>> {
+    let mut strings = Strings::default();
+    let mut rest = Vec::with_capacity(16 * profile.samples.len() + 1024);
+
+    let mut tids: Vec<u32> = profile
+        .samples
+        .iter()
+        .map(|s| s.tid)
+        .chain(profile.thread_names.keys().copied())
+        .collect();
+    tids.sort_unstable();
+    tids.dedup();
+    let thread_index: HashMap<u32, u64> = tids
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| (t, i as u64))
+        .collect();
+    put(&mut rest, tids.len() as u64);
+    for &tid in &tids {
+        put(&mut rest, tid as u64);
+        let name = strings.opt(profile.thread_names.get(&tid));
+        put(&mut rest, name);
+    }
+
+    put(&mut rest, profile.frames.len() as u64);
+    for f in &profile.frames {
+        rest.push(kind_code(f.kind));
+        let name = strings.id(&f.name);
+        put(&mut rest, name);
+        let file = strings.opt(f.file.as_ref());
+        put(&mut rest, file);
+        put(&mut rest, f.line.map_or(0, |l| l as u64 + 1));
+        put(&mut rest, f.bci.map_or(0, |b| zigzag(b as i64) + 1));
+        let sig = strings.opt(f.signature.as_ref());
+        put(&mut rest, sig);
+        let module = strings.opt(f.module.as_ref());
+        put(&mut rest, module);
+        put(&mut rest, f.start_line.map_or(0, |l| l as u64 + 1));
+    }
+
+    put(&mut rest, profile.stacks.len() as u64);
+    for stack in &profile.stacks {
+        put(&mut rest, stack.len() as u64);
+        for &f in stack {
+            put(&mut rest, f as u64);
+        }
+    }
+
+    put(&mut rest, profile.samples.len() as u64);
+    let mut prev = profile.start_ns;
+    for s in &profile.samples {
+        put(&mut rest, zigzag(s.time.wrapping_sub(prev) as i64));
+        prev = s.time;
+        put(&mut rest, thread_index[&s.tid]);
+        put(&mut rest, s.stack as u64);
+        put(&mut rest, s.weight);
+    }
+
+    let mut body = Vec::with_capacity(rest.len() + 64 * strings.list.len() + 32);
+    put(&mut body, profile.period_ns);
+    put(&mut body, profile.start_ns);
+    put(&mut body, strings.list.len() as u64);
+    for s in &strings.list {
+        put(&mut body, s.len() as u64);
+        body.extend_from_slice(s.as_bytes());
+    }
+    body.extend_from_slice(&rest);
+
+    let mut crc = Crc::new();
+    crc.update(&body);
+    let mut out = Vec::with_capacity(body.len() / 3 + HEADER_LEN);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&[MAJOR, MINOR, FLAG_GZIP, 0]);
+    out.extend_from_slice(&crc.sum().to_le_bytes());
+    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    let mut gz = GzEncoder::new(out, Compression::fast());
+    gz.write_all(&body)
+        .and_then(|_| gz.finish())
+        .map_err(|e| Error::new(ErrorKind::Output, format!("cannot compress: {e}")))
+}
+
+fn corrupt(what: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorKind::Usage,
+        format!(
+            "corrupt .jvmperf file: {what} (the file is damaged or truncated: copy it again or record again)"
+        ),
+    )
+}
+
+/// Bounds-checked reading of the body.
+struct Cursor<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn byte(&mut self, what: &str) -> Result<u8> {
+        let b = *self
+            .buf
+            .get(self.at)
+            .ok_or_else(|| corrupt(format!("truncated in {what}")))?;
+        self.at += 1;
+        Ok(b)
+    }
+
+    fn varint(&mut self, what: &str) -> Result<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte(what)?;
+            if shift == 63 && b > 1 {
+                break;
+            }
+            v |= ((b & 0x7f) as u64) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(corrupt(format!("bad number in {what}")))
+    }
+
+    /// A count of elements that each take at least `min_size` bytes.
+    fn count(&mut self, what: &str, min_size: usize) -> Result<usize> {
+        let n = self.varint(what)?;
+        let left = (self.buf.len() - self.at) as u64;
+        if n.saturating_mul(min_size as u64) > left {
+            return Err(corrupt(format!("{what}: {n} entries in {left} bytes")));
+        }
+        Ok(n as usize)
+    }
+
+    fn index(&mut self, what: &str, len: usize) -> Result<usize> {
+        let v = self.varint(what)?;
+        if v >= len as u64 {
+            return Err(corrupt(format!("{what} {v} out of range (0..{len})")));
+        }
+        Ok(v as usize)
+    }
+
+    /// An optional value stored as value + 1 (0 = absent).
+    fn opt(&mut self, what: &str) -> Result<Option<u64>> {
+        Ok(self.varint(what)?.checked_sub(1))
+    }
+
+    fn opt_u32(&mut self, what: &str) -> Result<Option<u32>> {
+        self.opt(what)?
+            .map(|v| u32::try_from(v).map_err(|_| corrupt(format!("{what} {v} too large"))))
+            .transpose()
+    }
+
+    fn opt_string(&mut self, what: &str, strings: &[String]) -> Result<Option<String>> {
+        match self.opt(what)? {
+            None => Ok(None),
+            Some(i) => strings
+                .get(i as usize)
+                .cloned()
+                .map(Some)
+                .ok_or_else(|| corrupt(format!("{what} names string {i} of {}", strings.len()))),
+        }
+    }
+
+    fn string(&mut self, what: &str, strings: &[String]) -> Result<String> {
+        Ok(strings[self.index(what, strings.len())?].clone())
+    }
+}
+
+/// The uncompressed, checksum-verified body of a `.jvmperf` file.
+fn body(bytes: &[u8]) -> Result<Vec<u8>> {
+    if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
+        return Err(corrupt("no jvmperf header"));
+    }
+    let (major, minor, flags) = (bytes[8], bytes[9], bytes[10]);
+    if major != MAJOR {
+        return Err(Error::new(
+            ErrorKind::Usage,
+            format!(
+                "this .jvmperf file is format version {major}.{minor}; this jvmperf reads version {MAJOR}.x: use the jvmperf that recorded it"
+            ),
+        ));
+    }
+    let crc = u32::from_le_bytes(bytes[12..16].try_into().unwrap_or_default());
+    let len = u64::from_le_bytes(bytes[16..24].try_into().unwrap_or_default());
+    if len > MAX_BODY {
+        return Err(corrupt(format!("body length {len}")));
+    }
+    let payload = &bytes[HEADER_LEN..];
+    let body = if flags & FLAG_GZIP != 0 {
+        let mut out = Vec::with_capacity((len as usize).min(64 << 20));
+        GzDecoder::new(payload)
+            .take(len + 1)
+            .read_to_end(&mut out)
+            .map_err(|e| corrupt(format!("compressed body: {e}")))?;
+        out
+    } else {
+        payload.to_vec()
+    };
+    if body.len() as u64 != len {
+        return Err(corrupt(format!(
+            "body is {} bytes, header says {len}",
+            body.len()
+        )));
+    }
+    let mut c = Crc::new();
+    c.update(&body);
+    if c.sum() != crc {
+        return Err(corrupt("checksum mismatch"));
+    }
+    Ok(body)
+}
+
+pub fn parse(bytes: &[u8]) -> Result<Profile> {
+    let body = body(bytes)?;
+    let mut c = Cursor { buf: &body, at: 0 };
+    let mut p = Profile::default();
+    p.period_ns = c.varint("header")?;
+    p.start_ns = c.varint("header")?;
+
+    let n = c.count("string table", 1)?;
+    let mut strings = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = c.count("string", 1)?;
+        let raw = &body[c.at..c.at + len];
+        c.at += len;
+        strings.push(
+            std::str::from_utf8(raw)
+                .map_err(|_| corrupt("string is not UTF-8"))?
+                .to_string(),
+        );
+    }
+
+    let n = c.count("thread table", 2)?;
+    let mut tids = Vec::with_capacity(n);
+    for _ in 0..n {
+        let tid = c.varint("thread table")?;
+        let tid = u32::try_from(tid).map_err(|_| corrupt(format!("thread id {tid}")))?;
+        if let Some(name) = c.opt_string("thread name", &strings)? {
+            p.thread_names.insert(tid, name);
+        }
+        tids.push(tid);
+    }
+
+    let n = c.count("frame table", 8)?;
+    let mut frame_ids = Vec::with_capacity(n);
+    for _ in 0..n {
+        let code = c.byte("frame table")?;
+        let kind = *FrameKind::ALL
+            .get(code as usize)
+            .ok_or_else(|| corrupt(format!("frame kind {code}")))?;
+        let frame = Frame {
+            kind,
+            name: c.string("frame name", &strings)?,
+            file: c.opt_string("frame file", &strings)?,
+            line: c.opt_u32("frame line")?,
+            bci: c
+                .opt("frame bci")?
+                .map(|b| i32::try_from(unzigzag(b)).map_err(|_| corrupt("frame bci")))
+                .transpose()?,
+            signature: c.opt_string("frame signature", &strings)?,
+            module: c.opt_string("frame module", &strings)?,
+            start_line: c.opt_u32("frame start line")?,
+        };
+        frame_ids.push(p.intern_frame(frame));
+    }
+
+    let n = c.count("stack table", 1)?;
+    let mut stack_ids = Vec::with_capacity(n);
+    for _ in 0..n {
+        let depth = c.count("stack", 1)?;
+        let mut stack = Vec::with_capacity(depth);
+        for _ in 0..depth {
+            stack.push(frame_ids[c.index("stack frame", frame_ids.len())?]);
+        }
+        stack_ids.push(p.intern_stack(stack));
+    }
+
+    let n = c.count("samples", 4)?;
+    p.samples.reserve_exact(n);
+    let mut time = p.start_ns;
+    for _ in 0..n {
+        time = time.wrapping_add(unzigzag(c.varint("sample time")?) as u64);
+        let tid = tids[c.index("sample thread", tids.len())?];
+        let stack = stack_ids[c.index("sample stack", stack_ids.len())?];
+        let weight = c.varint("sample weight")?;
+        if weight > MAX_WEIGHT {
+            return Err(corrupt(format!("sample weight {weight}")));
+        }
+        p.samples.push(Sample {
+            time,
+            tid,
+            stack,
+            weight,
+        });
+    }
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn fixture() -> Profile {
+        let mut p = Profile::default();
+        p.period_ns = 1_001_001;
+        p.start_ns = 5_000_000_000;
+        let main = p.intern_frame(Frame {
+            name: "bench.App.main".into(),
+            kind: FrameKind::Interpreted,
+            file: Some("App.java".into()),
+            line: Some(10),
+            bci: Some(4),
+            signature: Some("([Ljava/lang/String;)V".into()),
+            module: None,
+            start_line: Some(9),
+        });
+        let hot = p.intern_frame(Frame {
+            bci: Some(-1),
+            kind: FrameKind::Jit,
+            ..p.frames[main as usize].clone()
+        });
+        let libz = p.intern_frame(Frame {
+            module: Some("libz.so.1".into()),
+            ..Frame::named("deflate_slow", FrameKind::Native)
+        });
+        let s1 = p.intern_stack(vec![main, hot]);
+        let s2 = p.intern_stack(vec![main, hot, libz]);
+        p.thread_names.insert(42, "main".into());
+        for (i, (tid, stack)) in [(42, s1), (43, s2), (42, s2), (42, s1)].iter().enumerate() {
+            p.samples.push(Sample {
+                // Out of order on purpose: deltas may be negative.
+                time: 5_000_000_000 + [3, 1, 2, 9][i] * 1_000_000,
+                tid: *tid,
+                stack: *stack,
+                weight: 1 + i as u64 % 2,
+            });
+        }
+        p
+    }
+
+    #[test]
+    fn round_trip_keeps_everything() {
+        let p = fixture();
+        let bytes = render(&p).unwrap();
+        let q = parse(&bytes).unwrap();
+        assert_eq!(q.frames, p.frames);
+        assert_eq!(q.stacks, p.stacks);
+        assert_eq!(q.samples, p.samples);
+        assert_eq!(q.thread_names, p.thread_names);
+        assert_eq!((q.period_ns, q.start_ns), (p.period_ns, p.start_ns));
+    }
+
+    #[test]
+    fn damage_is_an_error_not_a_panic() {
+        let bytes = render(&fixture()).unwrap();
+        for cut in 0..bytes.len() {
+            let e = parse(&bytes[..cut]).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Usage);
+            assert!(e.message.contains("corrupt .jvmperf"), "{}", e.message);
+        }
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x55;
+            // Flipped bits are caught by the header checks, gzip's own CRC or ours; only the
+            // minor version, the reserved byte and gzip's own header (mtime, flags, OS) may
+            // change without harm.
+            let harmless = i == 9 || i == 11 || (HEADER_LEN + 3..HEADER_LEN + 10).contains(&i);
+            if !harmless {
+                assert!(parse(&b).is_err(), "flip at {i} undetected");
+            } else {
+                let _ = parse(&b);
+            }
+        }
+    }
+
+    #[test]
+    fn corrupt_bodies_with_valid_checksums_are_rejected() {
+        // Uncompressed bodies with the right checksum but impossible contents.
+        let frame = |body: Vec<u8>| {
+            let mut c = Crc::new();
+            c.update(&body);
+            let mut out = MAGIC.to_vec();
+            out.extend_from_slice(&[MAJOR, MINOR, 0, 0]);
+            out.extend_from_slice(&c.sum().to_le_bytes());
+            out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+            out.extend_from_slice(&body);
+            out
+        };
+        for (body, needle) in [
+            (vec![0, 0, 200, 1], "string table"),
+            (vec![0, 0, 1, 1, 0xff], "not UTF-8"),
+            (vec![0, 0, 0, 0, 1, 9, 0, 0, 0, 0, 0, 0, 0], "frame kind"),
+            (vec![0, 0, 0, 0, 1, 0, 3, 0, 0, 0, 0, 0, 0], "frame name"),
+            (
+                vec![0, 0, 0, 0, 0, 1, 1, 5, 0],
+                "stack frame 5 out of range",
+            ),
+            (
+                vec![
+                    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f,
+                ],
+                "bad number",
+            ),
+        ] {
+            let e = parse(&frame(body)).unwrap_err();
+            assert!(e.message.contains(needle), "{needle}: {}", e.message);
+        }
+        let mut newer = render(&fixture()).unwrap();
+        newer[8] = 2;
+        let e = parse(&newer).unwrap_err();
+        assert!(e.message.contains("version 2.0"), "{}", e.message);
+    }
+}
