@@ -1,6 +1,7 @@
 //! `jvmperf record`: attach, sample every thread, walk mixed Java/native stacks as samples arrive,
 //! and name the frames at the end against the time-versioned code map.
 
+use crate::codemap::CodeMap;
 use crate::error::{Error, ErrorKind, Result};
 use crate::live_jvm::LiveJvm;
 use crate::native::NativeUnwinder;
@@ -71,6 +72,110 @@ impl Collected {
     }
 }
 
+/// Samples already named, and what the summary reports about them. Samples are named about a second
+/// after they were taken (late code-load records still arrive in time) and their raw form dropped, so
+/// memory follows the number of distinct stacks; unless the output keeps every sample's time (the
+/// raw format), samples of the same stack and thread are merged into one weighted sample.
+struct Named {
+    profile: Profile,
+    merged: Option<HashMap<(u32, u32), usize>>,
+    count: u64,
+    first: Option<u64>,
+    last: u64,
+    jit_top: u64,
+    precise_hits: u64,
+}
+
+impl Named {
+    fn new(keep_times: bool) -> Self {
+        Named {
+            profile: Profile::default(),
+            merged: (!keep_times).then(HashMap::new),
+            count: 0,
+            first: None,
+            last: 0,
+            jit_top: 0,
+            precise_hits: 0,
+        }
+    }
+
+    /// Name every collected sample taken before `before` and drop it from `collected`.
+    fn take(
+        &mut self,
+        collected: &mut Collected,
+        before: u64,
+        symbolizer: &mut Symbolizer,
+        code: &CodeMap,
+        native: &mut NativeUnwinder,
+    ) {
+        let mut leaf_first: Vec<Frame> = Vec::new();
+        for s in collected.samples.iter().filter(|s| s.time < before) {
+            leaf_first.clear();
+            for ip in &s.kernel {
+                leaf_first.push(symbolizer.kernel_frame(*ip));
+            }
+            let raw = &collected.stacks[s.stack as usize];
+            if let Some(RawFrame::Compiled { pc, .. }) =
+                raw.iter().find(|f| matches!(f, RawFrame::Compiled { .. }))
+            {
+                self.jit_top += 1;
+                if code.lookup(*pc, s.time).is_some_and(|e| !e.replayed) {
+                    self.precise_hits += 1;
+                }
+            }
+            for f in raw {
+                symbolizer.frames(code, native, f, s.time, &mut leaf_first);
+            }
+            let ids: Vec<u32> = leaf_first
+                .iter()
+                .rev()
+                .map(|f| self.profile.intern_frame(f.clone()))
+                .collect();
+            let stack = self.profile.intern_stack(ids);
+            self.count += 1;
+            self.first = Some(self.first.map_or(s.time, |f| f.min(s.time)));
+            self.last = self.last.max(s.time);
+            let samples = &mut self.profile.samples;
+            let merged_into = self.merged.as_mut().map(|m| {
+                *m.entry((stack, s.tid)).or_insert_with(|| {
+                    samples.push(Sample {
+                        time: s.time,
+                        tid: s.tid,
+                        stack,
+                        weight: 0,
+                    });
+                    samples.len() - 1
+                })
+            });
+            match merged_into {
+                Some(i) => samples[i].weight += 1,
+                None => samples.push(Sample {
+                    time: s.time,
+                    tid: s.tid,
+                    stack,
+                    weight: 1,
+                }),
+            }
+        }
+        collected.samples.retain(|s| s.time >= before);
+    }
+}
+
+fn ready_symbolizer(
+    warming: std::thread::JoinHandle<crate::native::NativeSymbolizer>,
+    walker: &StackWalker,
+    live: &LiveJvm,
+) -> Symbolizer {
+    let native = warming
+        .join()
+        .unwrap_or_else(|_| crate::native::NativeSymbolizer::new());
+    Symbolizer::new(walker.method_layout().cloned(), live.hotspot.mem, native)
+}
+
+/// How long a sample waits before it is named: the shim's load record for the code it hit may be
+/// a little behind.
+const NAMING_DELAY_NS: u64 = 2_000_000_000;
+
 pub fn run(opts: &RecordOptions) -> Result<()> {
     let format = match opts.format {
         Some(f) => f,
@@ -97,6 +202,10 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
     let start_ns = crate::profile::monotonic_now_ns();
     let progress = std::io::stderr().is_terminal();
     let mut collected = Collected::default();
+    let mut warming = Some(crate::symbolize::warm_native_symbols(&walker.native));
+    let mut symbolizer: Option<Symbolizer> = None;
+    let mut named = Named::new(format == Format::Raw);
+    let mut last_naming = Instant::now();
     let mut last_rescan = Instant::now();
     let mut known_threads = 0usize;
     let mut precise_requested = !opts.precise_inlining;
@@ -125,6 +234,23 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             for tid in live.state.thread_names.keys().filter_map(|t| map.get(t)) {
                 let _ = sampler.add_thread(*tid);
             }
+        }
+        if warming.as_ref().is_some_and(|w| w.is_finished()) {
+            symbolizer = warming.take().map(|w| ready_symbolizer(w, &walker, &live));
+        }
+        if let Some(symbolizer) = symbolizer
+            .as_mut()
+            .filter(|_| last_naming.elapsed() > Duration::from_secs(1))
+        {
+            let before = crate::profile::monotonic_now_ns().saturating_sub(NAMING_DELAY_NS);
+            named.take(
+                &mut collected,
+                before,
+                symbolizer,
+                &live.state.code,
+                &mut walker.native,
+            );
+            last_naming = Instant::now();
         }
         if last_rescan.elapsed() > Duration::from_millis(200) {
             sampler.rescan_threads();
@@ -162,8 +288,23 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
     if progress {
         eprintln!();
     }
-    let samples = &collected.samples;
-    if samples.is_empty() {
+    let mut symbolizer = match (symbolizer, warming) {
+        (Some(s), _) => s,
+        (None, Some(w)) => ready_symbolizer(w, &walker, &live),
+        (None, None) => Symbolizer::new(
+            walker.method_layout().cloned(),
+            live.hotspot.mem,
+            crate::native::NativeSymbolizer::new(),
+        ),
+    };
+    named.take(
+        &mut collected,
+        u64::MAX,
+        &mut symbolizer,
+        &live.state.code,
+        &mut walker.native,
+    );
+    if named.count == 0 {
         return Err(Error::new(
             ErrorKind::Sampling,
             format!(
@@ -174,7 +315,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         ));
     }
 
-    let mut profile = Profile::default();
+    let mut profile = std::mem::take(&mut named.profile);
     profile.period_ns = 1_000_000_000 / opts.frequency_hz.max(1);
     profile.start_ns = start_ns;
     let ns_tids = live.process.ns_tid_map();
@@ -189,47 +330,6 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             .iter()
             .filter_map(|(ns_tid, name)| Some((*ns_tids.get(ns_tid)?, name.clone()))),
     );
-    let methods = walker.method_layout().cloned();
-    let mem = live.hotspot.mem;
-    let mut symbolizer =
-        Symbolizer::new(&live.state.code, methods.as_ref(), mem, &mut walker.native);
-    let mut leaf_first: Vec<Frame> = Vec::new();
-    let mut precise_hits = 0u64;
-    let mut jit_top = 0u64;
-    for s in samples {
-        leaf_first.clear();
-        for ip in &s.kernel {
-            leaf_first.push(symbolizer.kernel_frame(*ip));
-        }
-        let raw = &collected.stacks[s.stack as usize];
-        if let Some(RawFrame::Compiled { pc, .. }) =
-            raw.iter().find(|f| matches!(f, RawFrame::Compiled { .. }))
-        {
-            jit_top += 1;
-            if symbolizer
-                .code
-                .lookup(*pc, s.time)
-                .is_some_and(|e| !e.replayed)
-            {
-                precise_hits += 1;
-            }
-        }
-        for f in raw {
-            symbolizer.frames(f, s.time, &mut leaf_first);
-        }
-        let ids: Vec<u32> = leaf_first
-            .iter()
-            .rev()
-            .map(|f| profile.intern_frame(f.clone()))
-            .collect();
-        let stack = profile.intern_stack(ids);
-        profile.samples.push(Sample {
-            time: s.time,
-            tid: s.tid,
-            stack,
-            weight: 1,
-        });
-    }
     let unresolved = symbolizer.unresolved_compiled;
     output::save(
         &profile,
@@ -241,10 +341,9 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
     )?;
 
     let st = sampler.stats();
-    let n = samples.len() as f64;
     eprintln!(
         "jvmperf: {} samples in {:.1} s written to {} — {:.1}% unwound to a thread root, {} lost, {} compiled frames unresolved by the code map",
-        samples.len(),
+        named.count,
         started.elapsed().as_secs_f64(),
         opts.output.display(),
         100.0 * collected.rooted as f64 / collected.walked.max(1) as f64,
@@ -254,13 +353,11 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
     eprintln!(
         "jvmperf: precise inlining {}: {:.1}% of samples in JIT code hit code compiled after attach (exact pc→inline info); DebugNonSafepoints {}",
         if opts.precise_inlining { "on" } else { "off" },
-        100.0 * precise_hits as f64 / jit_top.max(1) as f64,
+        100.0 * named.precise_hits as f64 / named.jit_top.max(1) as f64,
         if live.debug_non_safepoints { "on" } else { "off" }
     );
-    if let (Some(first), Some(last)) = (
-        samples.iter().map(|s| s.time).min(),
-        samples.iter().map(|s| s.time).max(),
-    ) {
+    if let Some(first) = named.first {
+        let last = named.last;
         eprintln!(
             "jvmperf: sample window (CLOCK_MONOTONIC ns, as System.nanoTime): {first} {last}"
         );
@@ -268,7 +365,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
     if let Some(why) = ended {
         eprintln!(
             "jvmperf: recording ended early: {why}; what was collected ({} samples) was written",
-            n
+            named.count
         );
     }
     Ok(())

@@ -11,12 +11,11 @@ use crate::target::ProcessMemory;
 use crate::unwind::RawFrame;
 use std::collections::HashMap;
 
-pub struct Symbolizer<'a> {
-    pub code: &'a CodeMap,
-    pub methods: Option<&'a MethodLayout>,
-    pub mem: ProcessMemory,
-    pub native: &'a mut NativeUnwinder,
-    pub native_symbols: NativeSymbolizer,
+/// Names frames; lives for a whole recording so its caches (and loaded debug info) are built once.
+pub struct Symbolizer {
+    methods: Option<MethodLayout>,
+    mem: ProcessMemory,
+    native_symbols: NativeSymbolizer,
     pub kernel: Option<KernelSymbols>,
     method_cache: HashMap<u64, Option<MethodName>>,
     native_cache: HashMap<(u64, bool), Vec<Frame>>,
@@ -45,19 +44,34 @@ fn java_frame(
     }
 }
 
-impl<'a> Symbolizer<'a> {
+/// Start loading the debug info of the big native modules (libjvm's is ~150 MB of compressed
+/// DWARF, seconds to load) on a thread of its own, so sampling never waits for it.
+pub fn warm_native_symbols(native: &NativeUnwinder) -> std::thread::JoinHandle<NativeSymbolizer> {
+    let libjvm = native
+        .modules()
+        .all()
+        .iter()
+        .find(|m| m.name == "libjvm.so")
+        .cloned();
+    std::thread::spawn(move || {
+        let mut symbols = NativeSymbolizer::new();
+        if let Some(m) = libjvm {
+            symbols.symbolize(&m, m.start, false);
+        }
+        symbols
+    })
+}
+
+impl Symbolizer {
     pub fn new(
-        code: &'a CodeMap,
-        methods: Option<&'a MethodLayout>,
+        methods: Option<MethodLayout>,
         mem: ProcessMemory,
-        native: &'a mut NativeUnwinder,
+        native_symbols: NativeSymbolizer,
     ) -> Self {
         Symbolizer {
-            code,
             methods,
             mem,
-            native,
-            native_symbols: NativeSymbolizer::new(),
+            native_symbols,
             kernel: None,
             method_cache: HashMap::new(),
             native_cache: HashMap::new(),
@@ -66,7 +80,7 @@ impl<'a> Symbolizer<'a> {
     }
 
     fn method_by_ptr(&mut self, method: u64) -> Option<&MethodName> {
-        let layout = self.methods?;
+        let layout = self.methods.as_ref()?;
         let mem = self.mem;
         self.method_cache
             .entry(method)
@@ -103,11 +117,18 @@ impl<'a> Symbolizer<'a> {
         }
     }
 
-    /// The frames (leaf first) for one raw frame of a sample taken at `time`.
-    pub fn frames(&mut self, raw: &RawFrame, time: u64, out: &mut Vec<Frame>) {
+    /// The frames (leaf first) for one raw frame of a sample taken at `time`, resolving compiled
+    /// code against `code` and native code against `native`'s modules.
+    pub fn frames(
+        &mut self,
+        code: &CodeMap,
+        native: &mut NativeUnwinder,
+        raw: &RawFrame,
+        time: u64,
+        out: &mut Vec<Frame>,
+    ) {
         match raw {
             RawFrame::Compiled { pc, method } => {
-                let code = self.code;
                 let chain = code
                     .lookup(*pc, time)
                     .filter(|e| matches!(e.kind, CodeKind::Nmethod { .. }))
@@ -165,7 +186,7 @@ impl<'a> Symbolizer<'a> {
                 out.push(self.frame_from_method_ptr(*method, *bci, FrameKind::Interpreted))
             }
             RawFrame::Stub { pc, blob } => {
-                let name = match self.code.lookup(*pc, time).map(|e| &e.kind) {
+                let name = match code.lookup(*pc, time).map(|e| &e.kind) {
                     Some(CodeKind::Blob { name }) => name.clone(),
                     _ => blob.to_string(),
                 };
@@ -177,7 +198,7 @@ impl<'a> Symbolizer<'a> {
                     out.extend(cached.iter().cloned());
                     return;
                 }
-                let frames: Vec<Frame> = match self.native.module_for(*pc) {
+                let frames: Vec<Frame> = match native.module_for(*pc) {
                     Some(module) => {
                         let module_name = module.name.clone();
                         self.native_symbols
