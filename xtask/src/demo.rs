@@ -19,23 +19,24 @@ pub fn main(_args: &[String]) -> Result<()> {
         "bench.InlineHot",
         &[],
     )?;
-    let out = paths::target_dir().join("demo-jitmap.txt");
-    println!("demo: bench.InlineHot runs as pid {}", jvm.pid());
+    let pid = jvm.pid().to_string();
+    println!("demo: bench.InlineHot runs as pid {pid}");
+    let svg = paths::target_dir().join("demo.svg");
     let status = Command::new(&jvmperf)
-        .args([
-            "jitmap",
-            "-p",
-            &jvm.pid().to_string(),
-            "--precise-inlining",
-            "--perf-map",
-            "-o",
-        ])
-        .arg(&out)
+        .args(["record", "-p", &pid, "-d", "5", "--precise-inlining", "-o"])
+        .arg(&svg)
+        .status()?;
+    anyhow::ensure!(status.success(), "jvmperf record failed");
+    let map = paths::target_dir().join("demo-jitmap.txt");
+    let status = Command::new(&jvmperf)
+        .args(["jitmap", "-p", &pid, "-o"])
+        .arg(&map)
         .status()?;
     anyhow::ensure!(status.success(), "jvmperf jitmap failed");
     println!(
-        "demo: JIT code map with inline trees written to {}",
-        out.display()
+        "demo: flame graph in {}, JIT code map with inline trees in {}",
+        svg.display(),
+        map.display()
     );
     Ok(())
 }
