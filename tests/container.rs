@@ -33,10 +33,11 @@ fn start_contained() -> Contained {
     let java = java_home().join("bin/java");
     // A new mount + pid namespace; /tmp replaced by a private tmpfs, so the JVM's attach socket, the
     // shim and jvmperf's socket live where only /proc/<pid>/root reaches them.
+    // The classes may themselves live under /tmp (a CI checkout): bind them to /mnt first.
     let script = format!(
-        "mount -t tmpfs tmpfs /tmp && exec {} -cp {} bench.InlineHot",
-        java.display(),
-        classes.display()
+        "mount --bind {} /mnt && mount -t tmpfs tmpfs /tmp && exec {} -cp /mnt bench.InlineHot",
+        classes.display(),
+        java.display()
     );
     let child = Command::new("unshare")
         .args([
