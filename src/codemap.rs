@@ -200,21 +200,30 @@ impl CodeMap {
             (&self.wide_buckets, WIDE_BUCKET_SHIFT),
         ] {
             let range = bucket_range(start, end, shift);
+            // An entry is listed in every bucket it touches: take it only from the first of those
+            // the query touches too, so a wide entry costs one visit rather than hundreds.
+            let mut take = |b: u64, list: &Vec<usize>| {
+                out.extend(list.iter().copied().filter(|&i| {
+                    let e = &self.entries[i];
+                    (e.start >> shift).max(*range.start()) == b && e.start < end && e.end > start
+                }));
+            };
             // A range wider than the index has buckets: walk the index, not the range.
             if range.end() - range.start() < index.len() as u64 {
-                out.extend(range.filter_map(|b| index.get(&b)).flatten());
+                for b in range.clone() {
+                    if let Some(list) = index.get(&b) {
+                        take(b, list);
+                    }
+                }
             } else {
-                out.extend(
-                    index
-                        .iter()
-                        .filter(|(b, _)| range.contains(b))
-                        .flat_map(|(_, v)| v),
-                );
+                for (&b, list) in index {
+                    if range.contains(&b) {
+                        take(b, list);
+                    }
+                }
             }
         }
-        out.retain(|&i| self.entries[i].start < end && self.entries[i].end > start);
         out.sort_unstable();
-        out.dedup();
         out
     }
 

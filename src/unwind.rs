@@ -59,6 +59,12 @@ pub struct Walk {
     pub truncated: Option<Truncation>,
 }
 
+/// `base + off` for a stack address computed from sampled registers or stack words, which are
+/// untrusted: one past the top of the address space is a corrupt stack, not a panic.
+fn above(base: u64, off: u64) -> Result<u64, Truncation> {
+    base.checked_add(off).ok_or(Truncation::BadStack)
+}
+
 /// The sampled stack: the kernel's copy from `sp`, and the live stack above it (older frames are
 /// still there unless the thread has returned through them since).
 struct StackView<'a> {
@@ -70,7 +76,10 @@ struct StackView<'a> {
 impl StackView<'_> {
     fn read(&self, addr: u64) -> Result<u64, ()> {
         let off = addr.checked_sub(self.sp).ok_or(())?;
-        if off + 8 <= self.bytes.len() as u64 {
+        if off
+            .checked_add(8)
+            .is_some_and(|end| end <= self.bytes.len() as u64)
+        {
             let o = off as usize;
             return Ok(u64::from_le_bytes(self.bytes[o..o + 8].try_into().unwrap()));
         }
@@ -242,16 +251,16 @@ impl StackWalker {
                 if r.pc == self.call_stub_return || blob.frame_size == 0 {
                     // The call stub and StubRoutines keep rbp framed (`enter`), if they built a frame.
                     let framed = r.bp > r.sp && r.bp - r.sp < 1 << 16;
-                    if framed && self.plausible_return(rd(r.bp + 8)?) {
+                    if framed && self.plausible_return(rd(above(r.bp, 8)?)?) {
                         return Ok(Some(NativeRegs {
-                            pc: rd(r.bp + 8)?,
-                            sp: r.bp + 16,
+                            pc: rd(above(r.bp, 8)?)?,
+                            sp: above(r.bp, 16)?,
                             bp: rd(r.bp)?,
                         }));
                     }
                     return Ok(Some(NativeRegs {
                         pc: rd(r.sp)?,
-                        sp: r.sp + 8,
+                        sp: above(r.sp, 8)?,
                         bp: r.bp,
                     }));
                 }
@@ -272,16 +281,15 @@ impl StackWalker {
         let rd = |a: u64| view.read(a).map_err(|_| Truncation::BadStack);
         let ret_at_sp = |this: &mut Self| -> Result<Option<NativeRegs>, Truncation> {
             let pc = rd(r.sp)?;
-            Ok(this.plausible_return(pc).then_some(NativeRegs {
-                pc,
-                sp: r.sp + 8,
-                bp: r.bp,
-            }))
+            let sp = above(r.sp, 8)?;
+            Ok(this
+                .plausible_return(pc)
+                .then_some(NativeRegs { pc, sp, bp: r.bp }))
         };
         let after_push = || -> Result<NativeRegs, Truncation> {
             Ok(NativeRegs {
-                pc: rd(r.sp + 8)?,
-                sp: r.sp + 16,
+                pc: rd(above(r.sp, 8)?)?,
+                sp: above(r.sp, 16)?,
                 bp: rd(r.sp)?,
             })
         };
@@ -311,7 +319,7 @@ impl StackWalker {
         if blob.frame_size < 16 {
             return Err(Truncation::UnknownCode);
         }
-        let sender_sp = r.sp + blob.frame_size;
+        let sender_sp = above(r.sp, blob.frame_size)?;
         Ok(NativeRegs {
             pc: rd(sender_sp - 8)?,
             sp: sender_sp,
@@ -338,7 +346,8 @@ impl StackWalker {
         let code = method.and_then(|m| self.methods.as_ref()?.code_start(&self.mem, m));
         let bci_of = |bcp: u64| -> Option<i32> {
             let (start, size) = code?;
-            (bcp >= start && bcp < start + size as u64).then(|| (bcp - start) as i32)
+            let bci = bcp.checked_sub(start)?;
+            (bci < u64::from(size)).then_some(bci as i32)
         };
         match (method, code) {
             (Some(method), Some(_)) => {
@@ -348,7 +357,7 @@ impl StackWalker {
                     .unwrap_or(-1);
                 out.push(RawFrame::Interpreted { method, bci });
                 Ok(NativeRegs {
-                    pc: rd(r.bp + 8)?,
+                    pc: rd(above(r.bp, 8)?)?,
                     sp: rd(slot(INTERP_SENDER_SP))?,
                     bp: rd(r.bp)?,
                 })
@@ -373,11 +382,36 @@ impl StackWalker {
                 });
                 Ok(NativeRegs {
                     pc: rd(r.sp)?,
-                    sp: r.sp + 8,
+                    sp: above(r.sp, 8)?,
                     bp: r.bp,
                 })
             }
             _ => Err(Truncation::BadStack),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sampled registers and stack words are untrusted: addresses at the top of the address space
+    /// fail to read instead of overflowing.
+    #[test]
+    fn stack_reads_near_the_end_of_the_address_space() {
+        let mem = ProcessMemory {
+            pid: std::process::id(),
+        };
+        let bytes = [7u8; 16];
+        let view = StackView {
+            sp: 1,
+            bytes: &bytes,
+            mem: &mem,
+        };
+        assert_eq!(view.read(9), Ok(u64::from_le_bytes([7; 8])));
+        assert!(view.read(u64::MAX - 3).is_err());
+        assert!(view.read(0).is_err());
+        assert_eq!(above(u64::MAX - 7, 8), Err(Truncation::BadStack));
+        assert_eq!(above(0x1000, 8), Ok(0x1008));
     }
 }

@@ -90,7 +90,8 @@ impl Layout {
             vs_low: off("VirtualSpace", "_low")?,
             vs_high: off("VirtualSpace", "_high")?,
             heap_block_size: vs.size("HeapBlock")?,
-            block_used: off("HeapBlock", "_header")? + off("HeapBlock::Header", "_used")?,
+            block_used: off("HeapBlock", "_header")?
+                .wrapping_add(off("HeapBlock::Header", "_used")?),
             blob_name: off("CodeBlob", "_name")?,
             blob_size: off("CodeBlob", "_size")?,
             blob_frame_size: off("CodeBlob", "_frame_size")?,
@@ -169,19 +170,28 @@ impl CodeCache {
     pub fn discover(vs: &VmStructs, mem: &dyn TargetMemory) -> Option<Self> {
         let layout = Layout::discover(vs)?;
         let array = mem.read_u64(layout.heaps_var).ok().filter(|&a| a != 0)?;
-        let len = mem.read_u32(array + layout.array_len).ok()?.min(16);
-        let data = mem.read_u64(array + layout.array_data).ok()?;
+        let len = mem
+            .read_u32(array.wrapping_add(layout.array_len))
+            .ok()?
+            .min(16);
+        let data = mem.read_u64(array.wrapping_add(layout.array_data)).ok()?;
         let mut heaps = Vec::new();
         for i in 0..len as u64 {
-            let heap = mem.read_u64(data + 8 * i).ok()?;
-            let memory = heap + layout.heap_memory;
+            let heap = mem.read_u64(data.wrapping_add(8 * i)).ok()?;
+            let memory = heap.wrapping_add(layout.heap_memory);
             heaps.push(Heap {
-                low: mem.read_u64(memory + layout.vs_low).ok()?,
-                high: mem.read_u64(memory + layout.vs_high).ok()?,
+                low: mem.read_u64(memory.wrapping_add(layout.vs_low)).ok()?,
+                high: mem.read_u64(memory.wrapping_add(layout.vs_high)).ok()?,
                 segmap: mem
-                    .read_u64(heap + layout.heap_segmap + layout.vs_low)
+                    .read_u64(
+                        heap.wrapping_add(layout.heap_segmap)
+                            .wrapping_add(layout.vs_low),
+                    )
                     .ok()?,
-                log2_segment: mem.read_u32(heap + layout.heap_log2_segment).ok()?.min(20),
+                log2_segment: mem
+                    .read_u32(heap.wrapping_add(layout.heap_log2_segment))
+                    .ok()?
+                    .min(20),
             });
         }
         Some(CodeCache {
@@ -214,7 +224,8 @@ impl CodeCache {
         'read: loop {
             let base = idx.saturating_sub(chunk.len() as u64 - 1);
             let n = (idx - base + 1) as usize;
-            mem.read(heap.segmap + base, &mut chunk[..n]).ok()?;
+            mem.read(heap.segmap.wrapping_add(base), &mut chunk[..n])
+                .ok()?;
             loop {
                 let tag = chunk[(idx - base) as usize];
                 if tag == 0xff {
@@ -234,21 +245,25 @@ impl CodeCache {
             }
         }
         let block = heap.low + (idx << heap.log2_segment);
-        if mem.read_u8(block + self.layout.block_used).ok()? == 0 {
+        if mem
+            .read_u8(block.wrapping_add(self.layout.block_used))
+            .ok()?
+            == 0
+        {
             return None;
         }
-        Some(block + self.layout.heap_block_size)
+        block.checked_add(self.layout.heap_block_size)
     }
 
     fn read_bound(&self, mem: &dyn TargetMemory, blob: u64, b: CodeBound) -> Option<u64> {
         match b {
-            CodeBound::Pointer(off) => mem.read_u64(blob + off).ok(),
+            CodeBound::Pointer(off) => mem.read_u64(blob.wrapping_add(off)).ok(),
             CodeBound::Offset { off, width } => {
                 let v = match width {
-                    2 => mem.read_u16(blob + off).ok()? as u64,
-                    _ => mem.read_u32(blob + off).ok()? as u64,
+                    2 => mem.read_u16(blob.wrapping_add(off)).ok()? as u64,
+                    _ => mem.read_u32(blob.wrapping_add(off)).ok()? as u64,
                 };
-                Some(blob + v)
+                blob.checked_add(v)
             }
         }
     }
@@ -256,38 +271,49 @@ impl CodeCache {
     /// Read a blob's header; `None` when it is not plausible.
     pub fn read_blob(&self, mem: &dyn TargetMemory, blob: u64) -> Option<BlobInfo> {
         let l = &self.layout;
-        let size = mem.read_u32(blob + l.blob_size).ok()? as u64;
+        let size = mem.read_u32(blob.wrapping_add(l.blob_size)).ok()? as u64;
         if size == 0 || size > MAX_BLOB_SIZE {
             return None;
         }
-        let name = mem.read_cstr(mem.read_u64(blob + l.blob_name).ok()?).ok()?;
+        let end = blob.checked_add(size)?;
+        let name = mem
+            .read_cstr(mem.read_u64(blob.wrapping_add(l.blob_name)).ok()?)
+            .ok()?;
         let kind = classify(&name);
         let code_begin = self.read_bound(mem, blob, l.code_begin)?;
         let code_end = self.read_bound(mem, blob, l.code_end)?;
-        let frame_words = mem.read_u32(blob + l.blob_frame_size).ok()? as i32;
+        let frame_words = mem.read_u32(blob.wrapping_add(l.blob_frame_size)).ok()? as i32;
         let (fc_off, fc_width) = l.blob_frame_complete;
         let frame_complete = match fc_width {
-            2 => mem.read_u16(blob + fc_off).ok()? as i16 as i64,
-            _ => mem.read_u32(blob + fc_off).ok()? as i32 as i64,
+            2 => mem.read_u16(blob.wrapping_add(fc_off)).ok()? as i16 as i64,
+            _ => mem.read_u32(blob.wrapping_add(fc_off)).ok()? as i32 as i64,
         };
         let is_nmethod = matches!(kind, BlobKind::Nmethod | BlobKind::NativeNmethod);
-        let nm_read = |off: Option<u64>| off.and_then(|o| mem.read_u64(blob + o).ok()).unwrap_or(0);
+        let nm_read = |off: Option<u64>| {
+            off.and_then(|o| mem.read_u64(blob.wrapping_add(o)).ok())
+                .unwrap_or(0)
+        };
         Some(BlobInfo {
             start: blob,
-            end: blob + size,
+            end,
             code_begin,
             code_end,
             kind,
             name,
             frame_size: (frame_words.clamp(0, 1 << 16) as u64) * 8,
-            frame_complete: (frame_complete >= 0).then(|| code_begin + frame_complete as u64),
+            frame_complete: u64::try_from(frame_complete)
+                .ok()
+                .and_then(|fc| code_begin.checked_add(fc)),
             method: if is_nmethod { nm_read(l.nm_method) } else { 0 },
             deopt_handler: match (is_nmethod, l.nm_deopt_handler) {
                 (true, Some(b)) => self.read_bound(mem, blob, b).unwrap_or(0),
                 _ => 0,
             },
             orig_pc_offset: match (is_nmethod, l.nm_orig_pc_offset) {
-                (true, Some(o)) => mem.read_u32(blob + o).map(|v| v as i32 as i64).unwrap_or(0),
+                (true, Some(o)) => mem
+                    .read_u32(blob.wrapping_add(o))
+                    .map(|v| v as i32 as i64)
+                    .unwrap_or(0),
                 _ => 0,
             },
         })

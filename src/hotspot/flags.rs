@@ -50,15 +50,15 @@ impl FlagTable {
         name: &str,
     ) -> Result<Option<FlagLocation>, MemError> {
         for i in 0..self.count {
-            let entry = self.array + i * self.entry_size;
-            let name_ptr = mem.read_u64(entry + self.name_off)?;
+            let entry = self.array.wrapping_add(i.wrapping_mul(self.entry_size));
+            let name_ptr = mem.read_u64(entry.wrapping_add(self.name_off))?;
             if name_ptr == 0 {
                 continue;
             }
             if mem.read_cstr(name_ptr)? == name {
                 return Ok(Some(FlagLocation {
                     name: name.to_string(),
-                    value_addr: mem.read_u64(entry + self.addr_off)?,
+                    value_addr: mem.read_u64(entry.wrapping_add(self.addr_off))?,
                 }));
             }
         }

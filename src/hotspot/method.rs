@@ -64,52 +64,71 @@ impl MethodLayout {
     }
 
     fn symbol(&self, mem: &dyn TargetMemory, sym: u64) -> Option<String> {
-        let len = mem.read_u16(sym + self.sym_length).ok()? as u64;
+        let len = mem.read_u16(sym.wrapping_add(self.sym_length)).ok()? as u64;
         if len > MAX_SYMBOL {
             return None;
         }
         let mut buf = vec![0u8; len as usize];
-        mem.read(sym + self.sym_body, &mut buf).ok()?;
+        mem.read(sym.wrapping_add(self.sym_body), &mut buf).ok()?;
         Some(String::from_utf8_lossy(&buf).into_owned())
     }
 
     fn pool_symbol(&self, mem: &dyn TargetMemory, cp: u64, index: u16) -> Option<String> {
-        let slot = mem.read_u64(cp + self.cp_size + 8 * index as u64).ok()?;
+        let slot_addr = cp
+            .wrapping_add(self.cp_size)
+            .wrapping_add(8 * u64::from(index));
+        let slot = mem.read_u64(slot_addr).ok()?;
         self.symbol(mem, slot & !1)
     }
 
     /// The `ConstMethod*` of a `Method*`, and where its bytecodes start.
     pub fn code_start(&self, mem: &dyn TargetMemory, method: u64) -> Option<(u64, u32)> {
         let cm = mem
-            .read_u64(method + self.const_method)
+            .read_u64(method.wrapping_add(self.const_method))
             .ok()
             .filter(|&p| p != 0)?;
-        let size = mem.read_u16(cm + self.cm_code_size).ok()? as u32;
-        Some((cm + self.cm_size, size))
+        let size = mem.read_u16(cm.wrapping_add(self.cm_code_size)).ok()? as u32;
+        Some((cm.checked_add(self.cm_size)?, size))
     }
 
     pub fn read(&self, mem: &dyn TargetMemory, method: u64) -> Option<MethodName> {
         let cm = mem
-            .read_u64(method + self.const_method)
+            .read_u64(method.wrapping_add(self.const_method))
             .ok()
             .filter(|&p| p != 0)?;
         let cp = mem
-            .read_u64(cm + self.cm_constants)
+            .read_u64(cm.wrapping_add(self.cm_constants))
             .ok()
             .filter(|&p| p != 0)?;
-        let holder = mem.read_u64(cp + self.cp_holder).ok().filter(|&p| p != 0)?;
-        let class = self.symbol(mem, mem.read_u64(holder + self.klass_name).ok()?)?;
-        let name = self.pool_symbol(mem, cp, mem.read_u16(cm + self.cm_name_index).ok()?)?;
-        let signature =
-            self.pool_symbol(mem, cp, mem.read_u16(cm + self.cm_signature_index).ok()?)?;
-        let code_size = mem.read_u16(cm + self.cm_code_size).ok()? as u32;
+        let holder = mem
+            .read_u64(cp.wrapping_add(self.cp_holder))
+            .ok()
+            .filter(|&p| p != 0)?;
+        let class = self.symbol(
+            mem,
+            mem.read_u64(holder.wrapping_add(self.klass_name)).ok()?,
+        )?;
+        let name = self.pool_symbol(
+            mem,
+            cp,
+            mem.read_u16(cm.wrapping_add(self.cm_name_index)).ok()?,
+        )?;
+        let signature = self.pool_symbol(
+            mem,
+            cp,
+            mem.read_u16(cm.wrapping_add(self.cm_signature_index))
+                .ok()?,
+        )?;
+        let code_size = mem.read_u16(cm.wrapping_add(self.cm_code_size)).ok()? as u32;
         let flags = match self.cm_flags.1 {
-            2 => mem.read_u16(cm + self.cm_flags.0).ok()? as u32,
-            _ => mem.read_u32(cm + self.cm_flags.0).ok()?,
+            2 => mem.read_u16(cm.wrapping_add(self.cm_flags.0)).ok()? as u32,
+            _ => mem.read_u32(cm.wrapping_add(self.cm_flags.0)).ok()?,
         };
         let lines = if flags & self.has_line_table != 0 {
-            self.line_table(mem, cm + self.cm_size + code_size as u64, code_size)
-                .unwrap_or_default()
+            let at = cm
+                .wrapping_add(self.cm_size)
+                .wrapping_add(u64::from(code_size));
+            self.line_table(mem, at, code_size).unwrap_or_default()
         } else {
             Vec::new()
         };

@@ -1,5 +1,11 @@
 //! Everything that knows HotSpot's internal layout. Offsets and sizes come from the target's own
 //! VMStructs tables at run time; nothing here is hard-coded per JDK build.
+//!
+//! All of it is untrusted: a corrupt or hostile target can put anything in its tables and heaps.
+//! Loops and allocations are bounded, and an address computed from target values wraps
+//! (`wrapping_add`) as the hardware's would: it is then just another bad pointer, whose read fails
+//! or yields garbage that the next plausibility check rejects. Values that are results rather than
+//! places to read (a blob's end, a code start) are checked instead, and `None` when they overflow.
 
 pub mod codecache;
 pub mod flags;
@@ -154,5 +160,73 @@ mod fixture_tests {
         }
         assert!(VmStructs::read(&SnapshotMemory::new(), &symbols).is_err());
         let _ = mem.read_u8(0);
+    }
+
+    /// `mem` with the u64 at `addr` replaced, inside its captured page.
+    fn patch(mem: &SnapshotMemory, addr: u64, value: u64) -> SnapshotMemory {
+        let page = addr & !0xfff;
+        let mut bytes = vec![0u8; 4096];
+        mem.read(page, &mut bytes).expect("a captured page");
+        let at = (addr - page) as usize;
+        bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        let mut out = mem.clone();
+        out.add(page, bytes);
+        out
+    }
+
+    /// Pointers and tables at the top of the address space (found by `fuzz/`, target vmstructs):
+    /// reads there fail; nothing overflows.
+    #[test]
+    fn pointers_near_the_end_of_the_address_space() {
+        let (mem, symbols) = fixture();
+        let vs = VmStructs::read(&mem, &symbols).unwrap();
+        let top = u64::MAX - 4;
+        let layout = MethodLayout::discover(&vs).unwrap();
+        assert!(layout.read(&mem, top).is_none());
+        assert!(layout.code_start(&mem, top).is_none());
+        let cc = CodeCache::discover(&vs, &mem).unwrap();
+        assert!(cc.read_blob(&mem, top).is_none());
+        assert!(cc.find_blob(&mem, top).is_none());
+        // The flag array, and VMStructs' own table, moved to the top.
+        let flags_var = vs.address("JVMFlag", "flags").unwrap();
+        let bad = patch(&mem, flags_var, top);
+        let flags = FlagTable::locate(&vs, &bad).unwrap().unwrap();
+        assert!(flags.read_bool(&bad, "DebugNonSafepoints").is_err());
+        let bad = patch(&mem, symbols["gHotSpotVMStructs"], top);
+        assert!(VmStructs::read(&bad, &symbols).is_err());
+        // A string running into the end of the address space.
+        let mut edge = SnapshotMemory::new();
+        edge.add(u64::MAX - 255, vec![b'x'; 256]);
+        assert!(edge.read_cstr(u64::MAX - 255).is_err());
+    }
+
+    /// Thousands of entries each naming a distinct 4 KiB string would take gigabytes: the names
+    /// have a budget.
+    #[test]
+    fn huge_names_exhaust_the_budget() {
+        let (mem, symbols) = fixture();
+        let global = |name: &str| mem.read_u64(symbols[name]).unwrap();
+        let (stride, type_off, field_off) = (
+            global("gHotSpotVMStructEntryArrayStride"),
+            global("gHotSpotVMStructEntryTypeNameOffset"),
+            global("gHotSpotVMStructEntryFieldNameOffset"),
+        );
+        let (strings, table, entries) = (0x10_0000u64, 0x20_0000u64, 2048u64);
+        let mut bad = patch(&mem, symbols["gHotSpotVMStructs"], table);
+        // 8 KiB of 'n': entry i names the string starting 4097 + i bytes in (distinct, 2-4 KiB).
+        let mut text = vec![b'n'; 8192];
+        text.push(0);
+        bad.add(strings, text);
+        let mut rows = vec![0u8; ((entries + 1) * stride) as usize];
+        for i in 0..entries {
+            let name = (strings + 4097 + i).to_le_bytes();
+            for off in [type_off, field_off] {
+                let at = (i * stride + off) as usize;
+                rows[at..at + 8].copy_from_slice(&name);
+            }
+        }
+        bad.add(table, rows);
+        let err = VmStructs::read(&bad, &symbols).unwrap_err().to_string();
+        assert!(err.contains("names take more than"), "{err}");
     }
 }

@@ -5,8 +5,13 @@ use crate::target::{MemError, TargetMemory};
 use std::collections::HashMap;
 
 /// Upper bounds that keep a corrupt or hostile table from making us loop or allocate without end.
+/// JDK 17 has 801 fields, 769 types, 398 int and 86 long constants, all their names together
+/// under 64 KiB.
 const MAX_STRIDE: u64 = 256;
-const MAX_ENTRIES: usize = 1 << 17;
+const MAX_ENTRIES: usize = 1 << 14;
+/// Bytes of names (all tables together) read before the tables are declared corrupt: every entry
+/// could otherwise name a distinct 4 KiB string, gigabytes over the four tables.
+const MAX_NAME_BYTES: usize = 4 << 20;
 
 /// A field of a HotSpot type: an offset for instance fields, an absolute address for static ones.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +75,8 @@ impl SymbolLookup for HashMap<String, u64> {
 struct Reader<'a> {
     mem: &'a dyn TargetMemory,
     syms: &'a dyn SymbolLookup,
+    /// Name bytes still allowed, of `MAX_NAME_BYTES`.
+    name_budget: std::cell::Cell<usize>,
 }
 
 impl Reader<'_> {
@@ -94,10 +101,14 @@ impl Reader<'_> {
 
     fn opt_cstr(&self, ptr: u64) -> R<Option<String>> {
         if ptr == 0 {
-            Ok(None)
-        } else {
-            Ok(Some(self.mem.read_cstr(ptr)?))
+            return Ok(None);
         }
+        let s = self.mem.read_cstr(ptr)?;
+        let left = self.name_budget.get().checked_sub(s.len()).ok_or_else(|| {
+            VmStructsError::Corrupt(format!("names take more than {MAX_NAME_BYTES} bytes"))
+        })?;
+        self.name_budget.set(left);
+        Ok(Some(s))
     }
 
     /// Read a table (pointer held in `table_sym`) entry by entry until the first entry whose name
@@ -115,8 +126,8 @@ impl Reader<'_> {
         }
         let mut out = Vec::new();
         for i in 0..MAX_ENTRIES as u64 {
-            let entry = base + i * stride;
-            let name_ptr = self.mem.read_u64(entry + name_off)?;
+            let entry = base.wrapping_add(i * stride);
+            let name_ptr = self.mem.read_u64(entry.wrapping_add(name_off))?;
             match self.opt_cstr(name_ptr)? {
                 Some(name) => out.push((entry, name)),
                 None => return Ok(out),
@@ -128,7 +139,11 @@ impl Reader<'_> {
 
 impl VmStructs {
     pub fn read(mem: &dyn TargetMemory, syms: &dyn SymbolLookup) -> R<Self> {
-        let r = Reader { mem, syms };
+        let r = Reader {
+            mem,
+            syms,
+            name_budget: std::cell::Cell::new(MAX_NAME_BYTES),
+        };
         let mut vs = VmStructs::default();
 
         let field_name_off = r.global("gHotSpotVMStructEntryFieldNameOffset")?;
@@ -141,17 +156,18 @@ impl VmStructs {
             "gHotSpotVMStructEntryArrayStride",
             r.global("gHotSpotVMStructEntryTypeNameOffset")?,
         )? {
-            let Some(field_name) = r.opt_cstr(mem.read_u64(entry + field_name_off)?)? else {
+            let Some(field_name) = r.opt_cstr(mem.read_u64(entry.wrapping_add(field_name_off))?)?
+            else {
                 continue;
             };
             let type_string = r
-                .opt_cstr(mem.read_u64(entry + type_string_off)?)?
+                .opt_cstr(mem.read_u64(entry.wrapping_add(type_string_off))?)?
                 .unwrap_or_default();
             let field = Field {
                 type_string,
-                is_static: mem.read_u32(entry + is_static_off)? != 0,
-                offset: mem.read_u64(entry + offset_off)?,
-                address: mem.read_u64(entry + address_off)?,
+                is_static: mem.read_u32(entry.wrapping_add(is_static_off))? != 0,
+                offset: mem.read_u64(entry.wrapping_add(offset_off))?,
+                address: mem.read_u64(entry.wrapping_add(address_off))?,
             };
             vs.fields.insert((type_name, field_name), field);
         }
@@ -163,8 +179,8 @@ impl VmStructs {
             "gHotSpotVMTypeEntryArrayStride",
             r.global("gHotSpotVMTypeEntryTypeNameOffset")?,
         )? {
-            let superclass = r.opt_cstr(mem.read_u64(entry + super_off)?)?;
-            let size = mem.read_u64(entry + size_off)?;
+            let superclass = r.opt_cstr(mem.read_u64(entry.wrapping_add(super_off))?)?;
+            let size = mem.read_u64(entry.wrapping_add(size_off))?;
             vs.types.insert(type_name, TypeInfo { superclass, size });
         }
 
@@ -174,7 +190,7 @@ impl VmStructs {
             "gHotSpotVMIntConstantEntryArrayStride",
             r.global("gHotSpotVMIntConstantEntryNameOffset")?,
         )? {
-            let v = mem.read_u32(entry + value_off)? as i32;
+            let v = mem.read_u32(entry.wrapping_add(value_off))? as i32;
             vs.int_constants.insert(name, v as i64);
         }
         let value_off = r.global("gHotSpotVMLongConstantEntryValueOffset")?;
@@ -184,7 +200,7 @@ impl VmStructs {
             r.global("gHotSpotVMLongConstantEntryNameOffset")?,
         )? {
             vs.long_constants
-                .insert(name, mem.read_u64(entry + value_off)?);
+                .insert(name, mem.read_u64(entry.wrapping_add(value_off))?);
         }
         Ok(vs)
     }

@@ -52,24 +52,28 @@ pub trait TargetMemory {
     fn read_cstr(&self, addr: u64) -> Result<String, MemError> {
         let mut out = Vec::new();
         let mut at = addr;
+        let mut buf = [0u8; 256];
         while out.len() < MAX_CSTR {
             let to_page_end = (0x1000 - (at & 0xfff)) as usize;
-            let mut n = to_page_end.min(256).min(MAX_CSTR - out.len());
-            let mut chunk = vec![0u8; n];
+            let mut n = to_page_end.min(buf.len()).min(MAX_CSTR - out.len());
             // A shorter read may still succeed where a readable region ends mid-chunk.
-            while self.read(at, &mut chunk[..n]).is_err() {
+            while self.read(at, &mut buf[..n]).is_err() {
                 if n == 1 {
                     return Err(MemError { addr: at, len: 1 });
                 }
                 n = (n / 16).max(1);
             }
-            chunk.truncate(n);
+            let chunk = &buf[..n];
             if let Some(nul) = chunk.iter().position(|&b| b == 0) {
                 out.extend_from_slice(&chunk[..nul]);
                 return Ok(String::from_utf8_lossy(&out).into_owned());
             }
-            out.extend_from_slice(&chunk);
-            at += n as u64;
+            out.extend_from_slice(chunk);
+            // A string running into the end of the address space has no terminator.
+            at = at.checked_add(n as u64).ok_or(MemError {
+                addr,
+                len: MAX_CSTR,
+            })?;
         }
         Err(MemError {
             addr,
