@@ -7,7 +7,7 @@
 # under fuzz/artifacts/<target>/ (git-ignored) and can be replayed with
 #   cargo +nightly fuzz run <target> fuzz/artifacts/<target>/<file>
 # Needs a nightly toolchain (rustup's `nightly` if installed, else stable with RUSTC_BOOTSTRAP=1)
-# and installs cargo-fuzz from crates.io when it is missing.
+# and installs cargo-fuzz (0.13.2, from crates.io) when it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +19,7 @@ case "$secs" in '' | *[!0-9]*) echo "fuzz.sh: seconds must be a number, got '$se
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
   echo "fuzz.sh: installing cargo-fuzz"
-  cargo install cargo-fuzz --locked
+  cargo install cargo-fuzz --version 0.13.2 --locked
 fi
 
 # cargo-fuzz needs nightly features (sanitizers, -Z flags).
@@ -68,8 +68,10 @@ for t in "${targets[@]}"; do
     crashes=1
     failed=1
     echo "fuzz.sh: $t FAILED (exit $status); the end of its log:" >&2
-    tail -n 60 "$log" >&2
-    ls -1 "fuzz/artifacts/$t/" >&2 || true
+    tail -n 40 "$log" >&2
+    echo "fuzz.sh: $t: what went wrong:" >&2
+    grep -E -A1 "panicked at|ERROR: (libFuzzer|AddressSanitizer|LeakSanitizer)|^SUMMARY:|Test unit written" \
+      "$log" | head -n 20 >&2 || true
   fi
   line="$t: ${runs:-?} runs, ${rate:-?} execs/s, corpus $seeds -> $corpus inputs, peak RSS ${rss:-?} MB, crashes: $crashes"
   echo "fuzz.sh: $line"
