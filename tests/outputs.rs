@@ -378,7 +378,7 @@ fn iprof_pprof_and_report_agree_with_collapsed() {
     // `record` writes every format itself too.
     let (direct_iprof, direct_pprof) = (dir.join("direct.iprof"), dir.join("direct.pb.gz"));
     record(&direct_iprof, "2");
-    record(&direct_pprof, "2");
+    let direct_log = stderr_of(&record(&direct_pprof, "2"));
     assert!(jvm.is_alive());
     drop(jvm);
 
@@ -450,7 +450,10 @@ fn iprof_pprof_and_report_agree_with_collapsed() {
     assert!(java >= 4, "Java methods compared: {java}");
     let (direct_total, direct_rows) = pprof_top(&direct_pprof);
     assert!(direct_total > 200, "direct pprof samples: {direct_total}");
-    assert!(direct_rows.contains_key("bench.InlineHot.helper"));
+    assert!(
+        direct_rows.contains_key("bench.InlineHot.helper"),
+        "no helper in the direct pprof: {direct_rows:?}\nrecord said: {direct_log}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
