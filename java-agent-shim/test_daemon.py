@@ -19,7 +19,10 @@ import sys
 import time
 
 KINDS = {1: "HELLO", 2: "METHOD", 3: "NMETHOD_LOAD", 4: "NMETHOD_UNLOAD", 5: "CODE_BLOB", 6: "THREAD_START",
-         7: "THREAD_END", 8: "DROPPED", 9: "REPLAY_DONE", 10: "RETRANSFORM_DONE"}
+         7: "THREAD_END", 8: "DROPPED", 9: "REPLAY_DONE", 10: "RETRANSFORM_DONE", 11: "STATS",
+         12: "METHODS_FORGOTTEN"}
+STATS_FIELDS = ["total_bytes", "queue_capacity", "queue_used", "queue_high_water", "sent_method_ids",
+                "sent_ids_bytes", "command_buffer_bytes", "write_buffer_bytes", "methods_forgotten"]
 MAX_LEN = 16 << 20
 
 
@@ -81,6 +84,10 @@ def decode(kind, r):
         rec = dict(nmethods=r.u32(), code_blobs=r.u32())
     elif kind == 10:
         rec = dict(requested=r.u32(), retransformed=r.u32(), error=r.i32())
+    elif kind == 11:
+        rec = dict(version=r.u32(), **{f: r.u64() for f in STATS_FIELDS})
+    elif kind == 12:
+        rec = {}
     else:
         return None
     r.done()
@@ -103,6 +110,8 @@ def main():
     ap.add_argument("--junk", choices=["ok", "truncated", "badlen"],
                     help="after the replay send frames the shim must skip/refuse (ok), or a truncated "
                          "RETRANSFORM / a len < 12 header, after which the shim must close the connection")
+    ap.add_argument("--forget-every", type=float, default=0.0,
+                    help="after the replay, send FORGET_METHODS this often (seconds)")
     ap.add_argument("--accept-timeout", type=float, default=30.0)
     args = ap.parse_args()
 
@@ -119,6 +128,8 @@ def main():
 
     counts, replayed = {}, {3: 0, 5: 0}
     methods, errors = {}, []
+    announced = set()  # method ids sent since the latest METHODS_FORGOTTEN
+    next_forget = None
     hello = replay_done = None
     t_replay_done = None
     first_time = last_replay_time = None
@@ -150,6 +161,12 @@ def main():
                 conn.sendall(frame(100, struct.pack("<I", len(ids)) + b"".join(struct.pack("<Q", i) for i in ids)))
         except (BrokenPipeError, ConnectionResetError):
             pass  # the shim closed the connection; recv below sees it
+        try:
+            if replay_done and args.forget_every and time.monotonic() >= (next_forget or 0):
+                next_forget = time.monotonic() + args.forget_every
+                conn.sendall(frame(101, b""))
+        except (BrokenPipeError, ConnectionResetError):
+            pass
         if replay_done and args.stall and not stalled:
             stalled = True
             time.sleep(args.stall)
@@ -189,12 +206,13 @@ def main():
             if kind == 1:
                 hello = rec
             elif kind == 2:
-                if rec["id"] in methods:
+                if rec["id"] in announced:
                     errors.append(f"duplicate METHOD {rec['id']:#x}")
                 methods[rec["id"]] = rec
+                announced.add(rec["id"])
             elif kind == 3:
                 refs = {rec["id"]} | {m for _, fr in rec["pcs"] for m, _ in fr if m}
-                missing = [m for m in refs if m not in methods]
+                missing = [m for m in refs if m not in announced]
                 if missing:
                     errors.append(f"NMETHOD_LOAD {rec['id']:#x} references unannounced {missing[:3]}")
                 depth = max((len(fr) for _, fr in rec["pcs"]), default=0)
@@ -224,6 +242,10 @@ def main():
                 if (rec["nmethods"], rec["code_blobs"]) != (replayed[3], replayed[5]):
                     errors.append(f"REPLAY_DONE {rec} but saw {replayed}")
                 replay_shim_ms = (ts - first_time) / 1e6
+            elif kind == 11:
+                samples["stats"] = rec
+            elif kind == 12:
+                announced.clear()
             elif kind == 10:
                 samples["retransform_done"] = rec
                 samples.setdefault("rt_all", []).append(rec)
@@ -250,7 +272,7 @@ def main():
         interpreter_blob="Interpreter" in samples["blobs"],
         threads_started=samples["threads"][:10], first_unload=samples["unload"] and dict(
             method=mname(samples["unload"]["id"]), addr=hex(samples["unload"]["addr"])),
-        dropped=samples["dropped"], retransform_sent=samples.get("retransform_sent"),
+        dropped=samples["dropped"], last_stats=samples.get("stats"), retransform_sent=samples.get("retransform_sent"),
         closed_by_shim=samples.get("closed_by_shim", False),
         retransform_done=samples["retransform_done"], all_retransform_done=samples.get("rt_all"),
         after_retransform_same_class=after_rt if t_retransform else None, errors=errors[:20], n_errors=len(errors))

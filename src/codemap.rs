@@ -7,7 +7,7 @@
 //! recording (or after a short delay), so load records delivered late still resolve earlier samples.
 
 use crate::shim::protocol::{MethodInfo, NmethodLoad, PcInfo};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 pub type MethodId = u64;
 
@@ -162,6 +162,14 @@ impl CodeMap {
                 own_end = Some(own_end.map_or(other.load_time, |e| e.min(other.load_time)));
             }
         }
+        self.push(CodeEntry {
+            unload_time: entry.unload_time.or(own_end),
+            ..entry
+        });
+    }
+
+    /// Append `entry` and index it.
+    fn push(&mut self, entry: CodeEntry) {
         let idx = self.entries.len();
         let (index, shift) = if is_wide(entry.start, entry.end) {
             (&mut self.wide_buckets, WIDE_BUCKET_SHIFT)
@@ -172,10 +180,45 @@ impl CodeMap {
             index.entry(bucket).or_default().push(idx);
         }
         self.by_start.entry(entry.start).or_default().push(idx);
-        self.entries.push(CodeEntry {
-            unload_time: entry.unload_time.or(own_end),
-            ..entry
-        });
+        self.entries.push(entry);
+    }
+
+    /// Forget code unloaded before `time`: no lookup at or after `time` can return it, so callers
+    /// pass the time of the oldest sample they may still resolve. Rebuilds the indices only once a
+    /// quarter of the entries can go; returns how many went.
+    pub fn prune_unloaded_before(&mut self, time: u64) -> usize {
+        let gone = self
+            .entries
+            .iter()
+            .filter(|e| e.valid_until() <= time)
+            .count();
+        if gone == 0 || gone * 4 < self.entries.len() {
+            return 0;
+        }
+        let entries = std::mem::take(&mut self.entries);
+        self.buckets.clear();
+        self.wide_buckets.clear();
+        self.by_start.clear();
+        for e in entries.into_iter().filter(|e| e.valid_until() > time) {
+            self.push(e);
+        }
+        gone
+    }
+
+    /// Drop the methods no entry refers to, as its own method or inlined.
+    pub fn retain_referenced_methods(&mut self) {
+        let mut used = HashSet::new();
+        for e in &self.entries {
+            if let CodeKind::Nmethod { method, pcs } = &e.kind {
+                used.insert(*method);
+                used.extend(pcs.iter().flat_map(|p| p.frames.iter().map(|f| f.0)));
+            }
+        }
+        self.methods.retain(|id, _| used.contains(id));
+    }
+
+    pub fn method_count(&self) -> usize {
+        self.methods.len()
     }
 
     pub fn unload_nmethod(&mut self, time: u64, method: MethodId, code_addr: u64) {
@@ -336,6 +379,46 @@ mod tests {
         assert_eq!(map.lookup(0x10a0, 350).unwrap().method(), Some(2));
         assert_eq!(map.lookup(0x1010, 350), None, "freed and not reused");
         assert_eq!(map.lookup_latest(0x10a0).unwrap().method(), Some(2));
+    }
+
+    #[test]
+    fn pruning_keeps_what_later_lookups_need() {
+        let mut map = CodeMap::new();
+        let info = |id| MethodInfo {
+            id,
+            class_signature: format!("LC{id};"),
+            name: "m".into(),
+            signature: "()V".into(),
+            source_file: String::new(),
+            access_flags: 0,
+            bytecode_len: 1,
+            lines: vec![],
+        };
+        for id in 1..=4 {
+            map.add_method(info(id));
+        }
+        map.add_nmethod(100, nm(1, 0x1000, 0x100, &[(0x1010, &[(2, 3), (1, 0)])]));
+        map.unload_nmethod(200, 1, 0x1000);
+        map.add_nmethod(300, nm(3, 0x1000, 0x100, &[]));
+        map.add_nmethod(300, nm(4, 0x9000, 0x100, &[]));
+        map.unload_nmethod(400, 4, 0x9000);
+        assert_eq!(
+            map.prune_unloaded_before(150),
+            0,
+            "nothing unloaded by then"
+        );
+        map.retain_referenced_methods();
+        assert_eq!(map.method_count(), 4, "every method is still referenced");
+        assert_eq!(map.prune_unloaded_before(250), 1);
+        assert_eq!(map.entries().len(), 2);
+        assert_eq!(map.lookup(0x1010, 250).unwrap().method(), Some(3));
+        assert_eq!(map.lookup(0x9010, 350).unwrap().method(), Some(4));
+        map.unload_nmethod(500, 3, 0x1000);
+        assert_eq!(map.lookup(0x1010, 450).unwrap().method(), Some(3));
+        map.retain_referenced_methods();
+        let mut kept: Vec<u64> = map.methods().map(|m| m.id).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, [3, 4], "1 and its inlined 2 went with their code");
     }
 
     #[test]

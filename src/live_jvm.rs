@@ -13,6 +13,11 @@ use std::time::{Duration, Instant};
 
 /// How long the attach-time replay may take before we give up on a complete map.
 const REPLAY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Methods the code map may gain over those it needed at the last METHODS_FORGOTTEN before the shim
+/// is asked to forget what it sent (a JVM that keeps loading classes sends new methods forever).
+const METHOD_SLACK: usize = 10_000;
+/// A FORGET_METHODS the shim did not answer (its queue was full) is sent again after this.
+const FORGET_RETRY: Duration = Duration::from_secs(10);
 
 pub struct LiveJvm {
     pub process: TargetProcess,
@@ -24,6 +29,8 @@ pub struct LiveJvm {
     /// From the start of `attach` to HELLO, and to the end of the replay.
     pub time_to_hello: Duration,
     pub time_to_code_map: Duration,
+    /// When FORGET_METHODS was last sent, and `state.methods_forgotten` then.
+    forget_requested: Option<(Instant, u64)>,
 }
 
 impl LiveJvm {
@@ -44,6 +51,7 @@ impl LiveJvm {
             debug_non_safepoints,
             time_to_hello,
             time_to_code_map: Duration::ZERO,
+            forget_requested: None,
         };
         let deadline = Instant::now() + REPLAY_TIMEOUT;
         while live.state.replay_done.is_none() {
@@ -75,6 +83,22 @@ impl LiveJvm {
             n += 1;
         }
         Ok(n)
+    }
+
+    /// Keep a long recording's memory bounded: forget code unloaded before `oldest` (the time of the
+    /// oldest sample still to be named) and, once the code map holds many methods beyond those it
+    /// needed last time, ask the shim to start over so the others can go (see METHODS_FORGOTTEN).
+    pub fn trim(&mut self, oldest: u64) -> Result<()> {
+        let code = &mut self.state.code;
+        code.prune_unloaded_before(oldest);
+        let waiting = self.forget_requested.is_some_and(|(at, forgotten)| {
+            forgotten == self.state.methods_forgotten && at.elapsed() < FORGET_RETRY
+        });
+        if !waiting && code.method_count() > 2 * self.state.methods_kept + METHOD_SLACK {
+            self.session.send(&protocol::encode_forget_methods(0))?;
+            self.forget_requested = Some((Instant::now(), self.state.methods_forgotten));
+        }
+        Ok(())
     }
 
     /// Retransform the classes declaring `methods` (unchanged bytes), which deoptimizes their compiled

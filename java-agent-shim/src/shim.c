@@ -9,6 +9,10 @@
  *    draining the ring, and daemon commands.
  * g_q guards the ring, the set of method ids sent on this connection and the drop counters. It is never held
  * across I/O or JVMTI calls.
+ *
+ * Memory: the ring (QUEUE_CAP), the sent-id set (at most 2 * MAX_SENT_IDS slots; cleared when full or when the
+ * daemon asks, see METHODS_FORGOTTEN), the command buffer (one daemon frame) and the socket write buffer
+ * (OUT_CAP, static). Event callbacks free their encoding buffers before they return. STATS reports all of it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -51,7 +55,10 @@ enum {
     K_DROPPED = 8,
     K_REPLAY_DONE = 9,
     K_RETRANSFORM_DONE = 10,
+    K_STATS = 11,
+    K_METHODS_FORGOTTEN = 12,
     K_RETRANSFORM = 100,
+    K_FORGET_METHODS = 101,
 };
 
 #define PROTOCOL_VERSION 1
@@ -62,7 +69,13 @@ enum {
 #define QUEUE_CAP (4u << 20) /* tests build with a smaller one to exercise overflow */
 #endif
 #define MAX_RETRANSFORM 65536u
+/* Bound of the sent-method-id set: a JVM that keeps loading classes makes new jmethodIDs forever. */
+#ifndef MAX_SENT_IDS
+#define MAX_SENT_IDS (1u << 17)
+#endif
+#define STATS_VERSION 1
 #define DROPPED_INTERVAL_NS 100000000ull
+#define STATS_INTERVAL_NS 1000000000ull
 #define POLL_MS 10
 
 #define ACC_NATIVE 0x0100
@@ -182,9 +195,11 @@ static pthread_mutex_t g_q = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     uint8_t *ring;          /* QUEUE_CAP bytes of whole frames; NULL when not connected */
     uint64_t head, tail;    /* running byte counts written / sent */
+    uint64_t high_water;    /* most bytes ever queued at once on this connection */
     uint64_t *ids;          /* open-addressing set of method ids sent on this connection (0 = empty) */
     size_t ids_cap, ids_n;
-    uint64_t gen;           /* bumped on every connect and disconnect */
+    uint64_t forgotten;     /* times the set was cleared (METHODS_FORGOTTEN sent) */
+    uint64_t gen;           /* bumped on every connect, disconnect and clearing of the set */
     uint64_t drop_records, drop_bytes;
 } Q;
 static atomic_int g_active; /* fast path check for callbacks; the truth is Q.ring under g_q */
@@ -261,6 +276,27 @@ static void ring_copy_in(const uint8_t *src, size_t n) {
     memcpy(Q.ring + at, src, first);
     memcpy(Q.ring, src + first, n - first);
     Q.head += n;
+    if (Q.head - Q.tail > Q.high_water)
+        Q.high_water = Q.head - Q.tail;
+}
+
+/* Clears the set and queues METHODS_FORGOTTEN, so the daemon may drop the methods it no longer needs: every
+ * later NMETHOD_LOAD is preceded by its METHODs again. Returns -1 (nothing changed) when the queue is full. */
+static int forget_sent_ids(void) {
+    uint8_t marker[HDR_SIZE];
+    if (QUEUE_CAP - (Q.head - Q.tail) < sizeof marker)
+        return -1;
+    wr_le(marker, HDR_SIZE - 4, 4);
+    wr_le(marker + 4, K_METHODS_FORGOTTEN, 2);
+    wr_le(marker + 6, 0, 2);
+    wr_le(marker + 8, now_ns(), 8);
+    ring_copy_in(marker, sizeof marker);
+    if (Q.ids)
+        memset(Q.ids, 0, Q.ids_cap * sizeof *Q.ids);
+    Q.ids_n = 0;
+    Q.forgotten++;
+    Q.gen++; /* METHODs encoded against the old set are incomplete now: their commit starts over */
+    return 0;
 }
 
 static void count_drop(uint64_t records, uint64_t bytes) {
@@ -514,7 +550,7 @@ struct method_rec {
 enum { COMMIT_DONE, COMMIT_RETRY };
 
 /* Sends or enqueues the METHODs (bm, ms) that are still unsent on connection `gen`, then the NMETHOD_LOAD
- * (bn), as one unit. Returns COMMIT_RETRY when the connection changed since `gen` was read. */
+ * (bn), as one unit. Returns COMMIT_RETRY when the connection or the sent-id set changed since `gen` was read. */
 static int commit_nmethod(const struct buf *bm, struct method_rec *ms, size_t n_ms, const struct buf *bn,
                           uint64_t gen, int replayed) {
     uint64_t total = bn->len, n_rec = 1;
@@ -532,7 +568,13 @@ static int commit_nmethod(const struct buf *bm, struct method_rec *ms, size_t n_
             n_rec++;
         }
     }
-    if (set_reserve(n_rec) != 0 || (!replayed && QUEUE_CAP - (Q.head - Q.tail) < total)) {
+    /* Forgetting also forgets the ids this NMETHOD_LOAD relies on without resending: encode them all again. */
+    int over = Q.ids_n + n_rec > MAX_SENT_IDS;
+    if (over && n_rec <= MAX_SENT_IDS && forget_sent_ids() == 0) {
+        pthread_mutex_unlock(&g_q);
+        return COMMIT_RETRY;
+    }
+    if (over || set_reserve(n_rec) != 0 || (!replayed && QUEUE_CAP - (Q.head - Q.tail) < total)) {
         Q.drop_records += n_rec;
         Q.drop_bytes += total;
         pthread_mutex_unlock(&g_q);
@@ -598,9 +640,13 @@ static void JNICALL on_compiled_method_load(jvmtiEnv *jvmti, jmethodID method, j
         goto out;
     }
 
-    /* A reconnect between choosing which METHODs to send and enqueueing them invalidates the choice:
-     * start over (live events only; the replay runs on the thread that reconnects). */
-    for (int attempt = 0; attempt < 3; attempt++) {
+    /* A reconnect or a cleared sent-id set between choosing which METHODs to send and enqueueing them
+     * invalidates the choice: start over. */
+    for (int attempt = 0;; attempt++) {
+        if (attempt == 3) {
+            count_drop(1, bn.len);
+            break;
+        }
         size_t n_ms = 0;
         pthread_mutex_lock(&g_q);
         uint64_t gen = Q.gen;
@@ -864,7 +910,7 @@ static int rx_pump(JNIEnv *jni, struct rx *r) {
             if (len < MIN_FRAME_LEN || len > MAX_FRAME_LEN)
                 return -1;
             size_t need = 4 + (size_t)len, have = r->len - pos;
-            if (kind != K_RETRANSFORM) {
+            if (kind != K_RETRANSFORM && kind != K_FORGET_METHODS) {
                 if (have >= need) {
                     pos += need;
                 } else {
@@ -883,8 +929,13 @@ static int rx_pump(JNIEnv *jni, struct rx *r) {
                 }
                 break;
             }
-            if (retransform(jni, r->p + pos + HDR_SIZE, len - MIN_FRAME_LEN) < 0)
+            if (kind == K_RETRANSFORM && retransform(jni, r->p + pos + HDR_SIZE, len - MIN_FRAME_LEN) < 0)
                 return -1;
+            if (kind == K_FORGET_METHODS) {
+                pthread_mutex_lock(&g_q);
+                forget_sent_ids(); /* a full queue refuses: the daemon asks again later */
+                pthread_mutex_unlock(&g_q);
+            }
             pos += need;
         }
         memmove(r->p, r->p + pos, r->len - pos);
@@ -990,6 +1041,34 @@ static int maybe_send_dropped(uint64_t *last_records, uint64_t *last_bytes, uint
     return rc;
 }
 
+/* Sends STATS (the shim's own memory) at most every second. */
+static int maybe_send_stats(const struct rx *r, uint64_t *last_time) {
+    uint64_t now = now_ns();
+    if (now - *last_time < STATS_INTERVAL_NS)
+        return 0;
+    *last_time = now;
+    pthread_mutex_lock(&g_q);
+    uint64_t used = Q.head - Q.tail, high_water = Q.high_water, forgotten = Q.forgotten;
+    uint64_t ids_n = Q.ids_n, ids_bytes = (uint64_t)Q.ids_cap * sizeof *Q.ids;
+    pthread_mutex_unlock(&g_q);
+    struct buf b = {0};
+    size_t off = frame_begin(&b, K_STATS);
+    put_u32(&b, STATS_VERSION);
+    put_u64(&b, QUEUE_CAP + ids_bytes + r->cap + OUT_CAP);
+    put_u64(&b, QUEUE_CAP);
+    put_u64(&b, used);
+    put_u64(&b, high_water);
+    put_u64(&b, ids_n);
+    put_u64(&b, ids_bytes);
+    put_u64(&b, r->cap);
+    put_u64(&b, OUT_CAP);
+    put_u64(&b, forgotten);
+    frame_end(&b, off);
+    int rc = send_buf(&b);
+    free(b.p);
+    return rc;
+}
+
 static int connect_unix(const char *path) {
     struct sockaddr_un sa;
     memset(&sa, 0, sizeof sa);
@@ -1020,7 +1099,8 @@ static void run_session(JNIEnv *jni, const char *path, uint32_t attach_count) {
     }
     pthread_mutex_lock(&g_q);
     Q.ring = ring;
-    Q.head = Q.tail = 0;
+    Q.head = Q.tail = Q.high_water = 0;
+    Q.forgotten = 0;
     Q.gen++;
     Q.drop_records = Q.drop_bytes = 0;
     pthread_mutex_unlock(&g_q);
@@ -1039,7 +1119,7 @@ static void run_session(JNIEnv *jni, const char *path, uint32_t attach_count) {
             JV(GenerateEvents, JVMTI_EVENT_COMPILED_METHOD_LOAD);
         atomic_store(&g_replaying, 0);
 
-        uint64_t last_records = 0, last_bytes = 0, last_time = 0;
+        uint64_t last_records = 0, last_bytes = 0, last_time = 0, last_stats = 0;
         int ok = !g_replay_failed && drain(UINT64_MAX) == 0 && send_replay_done() == 0 && flush_out() == 0;
         while (ok && !atomic_load(&g_pending)) {
             struct pollfd pfd = {.fd = fd, .events = POLLIN};
@@ -1049,7 +1129,7 @@ static void run_session(JNIEnv *jni, const char *path, uint32_t attach_count) {
             if (pr > 0 && rx_pump(jni, &rx) < 0)
                 break;
             ok = drain(UINT64_MAX) == 0 && maybe_send_dropped(&last_records, &last_bytes, &last_time) == 0 &&
-                 flush_out() == 0;
+                 maybe_send_stats(&rx, &last_stats) == 0 && flush_out() == 0;
         }
         set_events(JVMTI_DISABLE);
     }

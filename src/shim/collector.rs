@@ -1,6 +1,6 @@
 //! Folding the shim's records into the daemon's state: the code map, thread names, and counters.
 
-use super::protocol::{Frame, Record};
+use super::protocol::{Frame, Record, ShimStats};
 use crate::codemap::CodeMap;
 use std::collections::HashMap;
 
@@ -27,6 +27,11 @@ pub struct JitState {
     pub records: u64,
     /// Loads, unloads and stubs seen: when this changes, cached code-cache facts may be stale.
     pub code_events: u64,
+    /// The shim's latest report of its own memory.
+    pub shim_stats: Option<ShimStats>,
+    /// METHODS_FORGOTTEN records seen, and how many methods the code map kept at the latest.
+    pub methods_forgotten: u64,
+    pub methods_kept: usize,
 }
 
 impl JitState {
@@ -78,6 +83,14 @@ impl JitState {
                     retransformed,
                     jvmti_error,
                 })
+            }
+            Record::Stats(stats) => self.shim_stats = Some(stats),
+            Record::MethodsForgotten => {
+                // From here on every load resends the methods it refers to: keep only those the
+                // code map still needs.
+                self.code.retain_referenced_methods();
+                self.methods_forgotten += 1;
+                self.methods_kept = self.code.method_count();
             }
             Record::Hello(_) | Record::Unknown(_) => {}
         }

@@ -16,7 +16,10 @@ pub const KIND_THREAD_END: u16 = 7;
 pub const KIND_DROPPED: u16 = 8;
 pub const KIND_REPLAY_DONE: u16 = 9;
 pub const KIND_RETRANSFORM_DONE: u16 = 10;
+pub const KIND_STATS: u16 = 11;
+pub const KIND_METHODS_FORGOTTEN: u16 = 12;
 pub const KIND_RETRANSFORM: u16 = 100;
+pub const KIND_FORGET_METHODS: u16 = 101;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hello {
@@ -58,6 +61,22 @@ pub struct NmethodLoad {
     pub pcs: Vec<PcInfo>,
 }
 
+/// The shim's own memory (STATS, version 1 fields; later versions append more, ignored here).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ShimStats {
+    pub version: u32,
+    /// Everything below added up: what the shim holds in the target right now.
+    pub total_bytes: u64,
+    pub queue_capacity: u64,
+    pub queue_used: u64,
+    pub queue_high_water: u64,
+    pub sent_method_ids: u64,
+    pub sent_ids_bytes: u64,
+    pub command_buffer_bytes: u64,
+    pub write_buffer_bytes: u64,
+    pub methods_forgotten: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
     Hello(Hello),
@@ -93,6 +112,9 @@ pub enum Record {
         retransformed: u32,
         jvmti_error: i32,
     },
+    Stats(ShimStats),
+    /// The shim cleared its set of sent method ids: later loads resend the METHODs they refer to.
+    MethodsForgotten,
     /// A kind this daemon does not know (a newer shim); skipped.
     Unknown(u16),
 }
@@ -267,6 +289,19 @@ pub fn decode_frame(body: &[u8]) -> Result<Frame, ProtocolError> {
             retransformed: c.u32()?,
             jvmti_error: c.i32()?,
         },
+        KIND_STATS => Record::Stats(ShimStats {
+            version: c.u32()?,
+            total_bytes: c.u64()?,
+            queue_capacity: c.u64()?,
+            queue_used: c.u64()?,
+            queue_high_water: c.u64()?,
+            sent_method_ids: c.u64()?,
+            sent_ids_bytes: c.u64()?,
+            command_buffer_bytes: c.u64()?,
+            write_buffer_bytes: c.u64()?,
+            methods_forgotten: c.u64()?,
+        }),
+        KIND_METHODS_FORGOTTEN => Record::MethodsForgotten,
         other => Record::Unknown(other),
     };
     Ok(Frame { time, record })
@@ -284,6 +319,8 @@ fn kind_name(kind: u16) -> &'static str {
         KIND_DROPPED => "DROPPED",
         KIND_REPLAY_DONE => "REPLAY_DONE",
         KIND_RETRANSFORM_DONE => "RETRANSFORM_DONE",
+        KIND_STATS => "STATS",
+        KIND_METHODS_FORGOTTEN => "METHODS_FORGOTTEN",
         _ => "unknown",
     }
 }
@@ -309,6 +346,11 @@ pub fn encode_retransform(time: u64, methods: &[u64]) -> Vec<u8> {
         payload.extend_from_slice(&m.to_le_bytes());
     }
     encode_frame(KIND_RETRANSFORM, time, &payload)
+}
+
+/// Encode a daemon → shim FORGET_METHODS command.
+pub fn encode_forget_methods(time: u64) -> Vec<u8> {
+    encode_frame(KIND_FORGET_METHODS, time, &[])
 }
 
 pub fn encode_frame(kind: u16, time: u64, payload: &[u8]) -> Vec<u8> {
@@ -355,6 +397,30 @@ mod tests {
         };
         assert!(nm.replayed);
         assert_eq!(nm.pcs[0].frames, vec![(9, 4), (7, -1)]);
+    }
+
+    #[test]
+    fn stats_are_read_by_version_1_fields_and_tolerate_appended_ones() {
+        let mut p = 1u32.to_le_bytes().to_vec();
+        for v in 1..=9u64 {
+            p.extend_from_slice(&(v * 100).to_le_bytes());
+        }
+        let short = encode_frame(KIND_STATS, 3, &p[..p.len() - 1]);
+        let e = decode_frame(&short[4..]).unwrap_err();
+        assert!(e.0.contains("STATS record is truncated"), "{e}");
+        p.extend_from_slice(b"from a later version");
+        let frame = encode_frame(KIND_STATS, 3, &p);
+        let Record::Stats(s) = decode_frame(&frame[4..]).unwrap().record else {
+            panic!("not stats")
+        };
+        assert_eq!((s.version, s.total_bytes), (1, 100));
+        assert_eq!((s.queue_high_water, s.methods_forgotten), (400, 900));
+        let marker = encode_frame(KIND_METHODS_FORGOTTEN, 4, &[]);
+        assert_eq!(
+            decode_frame(&marker[4..]).unwrap().record,
+            Record::MethodsForgotten
+        );
+        assert_eq!(encode_forget_methods(0).len(), 4 + HEADER_LEN);
     }
 
     #[test]
