@@ -5,6 +5,7 @@ use crate::attach;
 use crate::error::{Error, ErrorKind, Result};
 use crate::hotspot::HotSpot;
 use crate::native::NativeUnwinder;
+use crate::sampler::SamplerConfig;
 use crate::target::TargetProcess;
 use std::fs;
 
@@ -74,24 +75,32 @@ fn perf_checks(process: &TargetProcess, out: &mut Vec<Check>) {
         ),
         Some(p) => check(Verdict::Ok, "perf events", format!("perf_event_paranoid is {p}{}", if privileged { " (and we have CAP_PERFMON/CAP_SYS_ADMIN)" } else { "" })),
     });
-    // Locked memory for ring buffers: ~256 KiB per thread at the defaults.
+    // Locked memory for ring buffers, one per thread. Without CAP_IPC_LOCK the kernel allows
+    // perf_event_mlock_kb per online CPU for the user, then RLIMIT_MEMLOCK for the process.
     let threads = process.threads().len() as u64;
-    let need_kib = threads * 260;
-    let mlock_kb: Option<u64> =
-        read_trimmed("/proc/sys/kernel/perf_event_mlock_kb").and_then(|s| s.parse().ok());
+    let per_thread_kib = SamplerConfig::default().ring_locked_bytes() as u64 / 1024;
+    let need_kib = threads * per_thread_kib;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    let mlock_kb: u64 = read_trimmed("/proc/sys/kernel/perf_event_mlock_kb")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(516);
     let rlimit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK)
         .map(|(soft, _)| soft / 1024)
         .unwrap_or(0);
+    let allowed_kib = mlock_kb.saturating_mul(cpus).saturating_add(rlimit);
+    let at_defaults = format!(
+        "{threads} threads need ~{need_kib} KiB of ring buffers at the default -F and --stack-size ({per_thread_kib} KiB each; more at higher -F)"
+    );
     out.push(if has_cap(caps, CAP_IPC_LOCK) || nix::unistd::geteuid().is_root() {
-        check(Verdict::Ok, "locked memory", format!("{threads} threads need ~{need_kib} KiB of ring buffers; CAP_IPC_LOCK lifts the limits"))
-    } else if mlock_kb.unwrap_or(516) + rlimit < need_kib {
+        check(Verdict::Ok, "locked memory", format!("{at_defaults}; CAP_IPC_LOCK lifts the limits"))
+    } else if allowed_kib < need_kib {
         check(
-            Verdict::Warn,
+            Verdict::Fail,
             "locked memory",
-            format!("{threads} threads need ~{need_kib} KiB of ring buffers but perf_event_mlock_kb + RLIMIT_MEMLOCK allow {} KiB (fix: sysctl kernel.perf_event_mlock_kb={need_kib} or ulimit -l {need_kib})", mlock_kb.unwrap_or(516) + rlimit),
+            format!("{at_defaults} but perf_event_mlock_kb × {cpus} CPUs + RLIMIT_MEMLOCK allow {allowed_kib} KiB (fix: sysctl kernel.perf_event_mlock_kb={} or ulimit -l {need_kib})", need_kib.div_ceil(cpus)),
         )
     } else {
-        check(Verdict::Ok, "locked memory", format!("{threads} threads need ~{need_kib} KiB of ring buffers, within the limits"))
+        check(Verdict::Ok, "locked memory", format!("{at_defaults}, within the {allowed_kib} KiB allowed"))
     });
     out.push(match read_trimmed("/proc/sys/kernel/kptr_restrict").as_deref() {
         Some("0") => check(Verdict::Ok, "kernel symbols", "kptr_restrict is 0"),
@@ -138,6 +147,14 @@ fn ptrace_checks(process: &TargetProcess, out: &mut Vec<Check>) {
 fn namespace_checks(process: &TargetProcess, out: &mut Vec<Check>) {
     let ns = |pid: &str, kind: &str| fs::read_link(format!("/proc/{pid}/ns/{kind}")).ok();
     let pid = process.pid.to_string();
+    if ns(&pid, "mnt").is_none() {
+        out.push(check(
+            Verdict::Warn,
+            "namespaces",
+            format!("cannot read /proc/{pid}/ns (run as the JVM's user or root to tell)"),
+        ));
+        return;
+    }
     let differs: Vec<&str> = ["mnt", "pid", "user", "time"]
         .into_iter()
         .filter(|k| ns("self", k) != ns(&pid, k))
@@ -262,6 +279,8 @@ pub fn run(pid: u32) -> Result<()> {
                 ErrorKind::NotJvm
             } else if first.what == "attach" {
                 ErrorKind::Attach
+            } else if first.what == "locked memory" {
+                ErrorKind::Sampling
             } else {
                 ErrorKind::Permission
             },

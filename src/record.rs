@@ -181,6 +181,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         Some(f) => f,
         None => Format::from_path(&opts.output)?,
     };
+    output::check_writable(&opts.output)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())
@@ -331,7 +332,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             .filter_map(|(ns_tid, name)| Some((*ns_tids.get(ns_tid)?, name.clone()))),
     );
     let unresolved = symbolizer.unresolved_compiled;
-    output::save(
+    output::save_recording(
         &profile,
         format,
         &OutputOptions {

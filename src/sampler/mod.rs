@@ -84,6 +84,11 @@ impl SamplerConfig {
         Ok(())
     }
 
+    /// Locked memory one thread's ring buffer takes: its data pages and the header page.
+    pub fn ring_locked_bytes(&self) -> usize {
+        (self.data_pages() + 1) * ring::page_size()
+    }
+
     /// The largest sample record these settings produce.
     fn max_record_bytes(&self) -> usize {
         // Header, pid/tid, time, regs (abi + 17), stack (size, data, dyn_size).

@@ -57,12 +57,28 @@ impl Jvm {
     }
 
     pub fn start_with_classpath(cp: &Path, jvm_flags: &[&str], class: &str, args: &[&str]) -> Jvm {
-        let mut child = Command::new(java_home().join("bin/java"))
-            .args(jvm_flags)
-            .arg("-cp")
-            .arg(cp)
-            .arg(class)
-            .args(args)
+        Self::spawn(java_command(cp, jvm_flags, class, args))
+    }
+
+    /// Start `class` as user `uid` (and group `gid`, no supplementary groups); `cp` must be
+    /// readable by that user.
+    pub fn start_as(
+        uid: u32,
+        gid: u32,
+        cp: &Path,
+        jvm_flags: &[&str],
+        class: &str,
+        args: &[&str],
+    ) -> Jvm {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = java_command(cp, jvm_flags, class, args);
+        cmd.uid(uid).gid(gid).current_dir("/");
+        Self::spawn(cmd)
+    }
+
+    /// Spawn a prepared `java` command with piped output and wait for its `READY` line.
+    fn spawn(mut cmd: Command) -> Jvm {
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -115,6 +131,59 @@ impl Jvm {
     pub fn stdout_lines(&self) -> Vec<String> {
         self.stdout.lock().unwrap().clone()
     }
+
+    /// The `bench.Throughput` app's rate of work (units per second): the median over the 100 ms
+    /// intervals between the `WORK <nanoTime> <units>` lines it prints during the next `window`.
+    pub fn work_rate(&self, window: Duration) -> f64 {
+        let seen = self.stdout.lock().unwrap().len();
+        std::thread::sleep(window);
+        let points: Vec<(f64, f64)> = self.stdout.lock().unwrap()[seen..]
+            .iter()
+            .filter_map(|l| {
+                let mut it = l.strip_prefix("WORK ")?.split_whitespace();
+                Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+            })
+            .collect();
+        let mut rates: Vec<f64> = points
+            .windows(2)
+            .filter(|w| w[1].0 > w[0].0)
+            .map(|w| (w[1].1 - w[0].1) / (w[1].0 - w[0].0) * 1e9)
+            .collect();
+        assert!(
+            rates.len() >= 3,
+            "too few WORK lines in {window:?}: is this bench.Throughput? {points:?}"
+        );
+        rates.sort_by(f64::total_cmp);
+        rates[rates.len() / 2]
+    }
+
+    /// HotSpot printed a thread dump: it got a SIGQUIT it did not take as an attach request.
+    pub fn printed_thread_dump(&self) -> bool {
+        self.stdout
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("Full thread dump"))
+    }
+}
+
+/// `java` from the test JDK running `class` from `cp`.
+pub fn java_command(cp: &Path, jvm_flags: &[&str], class: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(java_home().join("bin/java"));
+    cmd.args(jvm_flags).arg("-cp").arg(cp).arg(class).args(args);
+    cmd
+}
+
+/// Assert that jvmperf failed with exit `code` and exactly one line on stderr containing `needle`.
+pub fn assert_one_line_error(out: &Output, code: i32, needle: &str) {
+    let err = stderr_of(out);
+    assert_eq!(out.status.code(), Some(code), "stderr: {err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "one line expected: {err}"
+    );
+    assert!(err.contains(needle), "{needle:?} not in {err:?}");
 }
 
 impl Drop for Jvm {
