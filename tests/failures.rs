@@ -164,6 +164,19 @@ fn a_full_disk_keeps_the_samples_and_leaves_no_truncated_file() {
     let _serial = serial();
     let scratch = Scratch::new("disk-full");
     let (jvm, before) = throughput_jvm();
+    // An output directory that does not exist is refused before the JVM is touched.
+    let missing = scratch.path("missing/profile.svg");
+    let res = run_jvmperf(&["record", "-p", &jvm.pid.to_string(), "-o", s(&missing)]);
+    assert_one_line_error(
+        &res,
+        9,
+        &format!(
+            "cannot write {}: {} is not a directory (create it or choose another -o)",
+            missing.display(),
+            scratch.path("missing").display()
+        ),
+    );
+    assert_eq!(shim_threads(jvm.pid), 0, "the JVM was attached");
     // A 64 KiB tmpfs with one page left, in a private mount namespace: the flame graph (tens of
     // KiB) starts to be written and then hits ENOSPC.
     let mount = scratch.path("full");

@@ -9,6 +9,7 @@ pub mod raw;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::profile::Profile;
+use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -280,7 +281,7 @@ fn rescue(path: &Path, bytes: &[u8], dirs: &[PathBuf]) -> std::result::Result<Pa
     for dir in dirs {
         let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
         let file = dir.join(&name);
-        match write_new(&file, bytes, 0o600) {
+        match write_new(&file, 0o600, |f| f.write_all(bytes)) {
             Ok(()) => return Ok(file),
             Err(e) => failures.push(format!("{}: {e}", dir.display())),
         }
@@ -288,9 +289,13 @@ fn rescue(path: &Path, bytes: &[u8], dirs: &[PathBuf]) -> std::result::Result<Pa
     Err(failures.join(", "))
 }
 
-/// Create `file` (never an existing one, never through a symlink) and write `bytes` to it; a
-/// partial file is removed.
-fn write_new(file: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+/// Create `file` (never an existing one, never through a symlink), fill it with `write` and
+/// sync it; a partial file is removed.
+fn write_new(
+    file: &Path,
+    mode: u32,
+    write: impl FnOnce(&mut File) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let result = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -298,7 +303,7 @@ fn write_new(file: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(file)
         .and_then(|mut f| {
-            f.write_all(bytes)?;
+            write(&mut f)?;
             f.sync_all()
         });
     if let Err(e) = result {
@@ -338,7 +343,7 @@ pub fn check_writable(path: &Path) -> Result<()> {
 }
 
 /// A one-line output error naming the fix for the common causes.
-fn write_error(path: &Path, e: &std::io::Error) -> Error {
+pub fn write_error(path: &Path, e: &std::io::Error) -> Error {
     let fix = match e.raw_os_error() {
         Some(libc::ENOSPC | libc::EDQUOT) => {
             "the file system is full: free space there or choose another -o"
@@ -356,16 +361,22 @@ fn write_error(path: &Path, e: &std::io::Error) -> Error {
     )
 }
 
-/// Write `bytes` to `path`: a regular file atomically (a new temporary file, renamed over `path`
-/// when complete); anything else that exists (`/dev/null`, a FIFO, a terminal) directly, since
-/// renaming over it would replace it.
+/// Write `bytes` to `path`: a regular file atomically; see [`write_with`].
 pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_with(path, |f| f.write_all(bytes))
+}
+
+/// Write `path` with `write`: a regular file atomically (a new temporary file, renamed over `path`
+/// when complete, removed if anything fails), so a failed write never leaves a truncated file that
+/// looks complete; anything else that exists (`/dev/null`, a FIFO, a terminal) directly, since
+/// renaming over it would replace it.
+pub fn write_with(path: &Path, write: impl FnOnce(&mut File) -> std::io::Result<()>) -> Result<()> {
     let fail = |e: std::io::Error| write_error(path, &e);
     if std::fs::metadata(path).is_ok_and(|m| !m.file_type().is_file()) {
         return std::fs::OpenOptions::new()
             .write(true)
             .open(path)
-            .and_then(|mut f| f.write_all(bytes))
+            .and_then(|mut f| write(&mut f))
             .map_err(fail);
     }
     // Unique and created exclusively: another writer's temporary or a planted symlink is never
@@ -376,7 +387,7 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
         std::process::id()
     ));
     let _ = std::fs::remove_file(&tmp);
-    write_new(&tmp, bytes, 0o666).map_err(fail)?;
+    write_new(&tmp, 0o666, write).map_err(fail)?;
     std::fs::rename(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         fail(e)
