@@ -16,6 +16,9 @@ const REPLAY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Methods the code map may gain over those it needed at the last METHODS_FORGOTTEN before the shim
 /// is asked to forget what it sent (a JVM that keeps loading classes sends new methods forever).
 const METHOD_SLACK: usize = 10_000;
+/// Code is forgotten only this long after its unload passed the oldest sample still to be named:
+/// room for samples that reach us late.
+const LATE_SAMPLE_MARGIN_NS: u64 = 30_000_000_000;
 /// A FORGET_METHODS the shim did not answer (its queue was full) is sent again after this.
 const FORGET_RETRY: Duration = Duration::from_secs(10);
 
@@ -90,7 +93,7 @@ impl LiveJvm {
     /// needed last time, ask the shim to start over so the others can go (see METHODS_FORGOTTEN).
     pub fn trim(&mut self, oldest: u64) -> Result<()> {
         let code = &mut self.state.code;
-        code.prune_unloaded_before(oldest);
+        code.prune_unloaded_before(oldest.saturating_sub(LATE_SAMPLE_MARGIN_NS));
         let waiting = self.forget_requested.is_some_and(|(at, forgotten)| {
             forgotten == self.state.methods_forgotten && at.elapsed() < FORGET_RETRY
         });

@@ -54,6 +54,10 @@ enum Command {
         /// Bytes of user stack copied per sample (multiple of 8, at most 65528).
         #[arg(long, default_value_t = 32768)]
         stack_size: u32,
+        /// Print a status line to stderr every this many seconds: samples, lost, distinct stacks,
+        /// jvmperf's memory and the shim's memory inside the JVM.
+        #[arg(long, value_name = "SECONDS")]
+        status_every: Option<f64>,
     },
     /// Print the target's JIT code (stubs, nmethods, inline trees, lines); optionally a perf map.
     Jitmap {
@@ -149,6 +153,7 @@ fn main() {
             kernel,
             precise_inlining,
             stack_size,
+            status_every,
         } => parse_format(format).and_then(|format| {
             jvmperf::record::run(&jvmperf::record::RecordOptions {
                 pid,
@@ -160,6 +165,7 @@ fn main() {
                 threads,
                 kernel,
                 precise_inlining,
+                status_every: status_every.map(seconds),
             })
         }),
         Command::Jitmap {

@@ -5,10 +5,11 @@ use crate::codemap::CodeMap;
 use crate::error::{Error, ErrorKind, Result};
 use crate::live_jvm::LiveJvm;
 use crate::native::NativeUnwinder;
+use crate::output::raw::{self, SampleSpill};
 use crate::output::{self, Format, OutputOptions};
 use crate::profile::{Frame, Profile, Sample};
-use crate::sampler::{Sampler, SamplerConfig};
-use crate::shim::protocol;
+use crate::sampler::{Sampler, SamplerConfig, SamplerStats};
+use crate::shim::protocol::{self, ShimStats};
 use crate::symbolize::Symbolizer;
 use crate::unwind::{RawFrame, StackWalker};
 use std::collections::HashMap;
@@ -28,6 +29,8 @@ pub struct RecordOptions {
     pub threads: bool,
     pub kernel: bool,
     pub precise_inlining: bool,
+    /// Print a status line (samples, lost, stacks, memory) to stderr this often.
+    pub status_every: Option<Duration>,
 }
 
 /// A sample as walked, before symbolization.
@@ -70,15 +73,34 @@ impl Collected {
             kernel: s.kernel_ips.to_vec(),
         });
     }
+
+    /// Forget the raw stacks no waiting sample uses: they are named already, and code churn makes
+    /// new ones (new pcs) without end.
+    fn forget_named_stacks(&mut self) {
+        let mut old = std::mem::take(&mut self.stacks);
+        self.ids.clear();
+        let mut renumbered: HashMap<u32, u32> = HashMap::default();
+        for s in &mut self.samples {
+            s.stack = *renumbered.entry(s.stack).or_insert_with(|| {
+                let frames = std::mem::take(&mut old[s.stack as usize]);
+                let id = self.stacks.len() as u32;
+                self.ids.insert(frames.clone(), id);
+                self.stacks.push(frames);
+                id
+            });
+        }
+    }
 }
 
 /// Samples already named, and what the summary reports about them. Samples are named about a second
 /// after they were taken (late code-load records still arrive in time) and their raw form dropped, so
 /// memory follows the number of distinct stacks; unless the output keeps every sample's time (the
-/// raw format), samples of the same stack and thread are merged into one weighted sample.
+/// raw format, whose samples go to a spill file on disk), samples of the same stack and thread are
+/// merged into one weighted sample.
 struct Named {
     profile: Profile,
     merged: Option<HashMap<(u32, u32), usize>>,
+    spill: Option<SampleSpill>,
     count: u64,
     first: Option<u64>,
     last: u64,
@@ -87,10 +109,11 @@ struct Named {
 }
 
 impl Named {
-    fn new(keep_times: bool) -> Self {
+    fn new(spill: Option<SampleSpill>) -> Self {
         Named {
             profile: Profile::default(),
-            merged: (!keep_times).then(HashMap::new),
+            merged: spill.is_none().then(HashMap::new),
+            spill,
             count: 0,
             first: None,
             last: 0,
@@ -158,6 +181,10 @@ impl Named {
             }
         }
         collected.samples.retain(|s| s.time >= before);
+        collected.forget_named_stacks();
+        if let Some(spill) = self.spill.as_mut() {
+            self.profile.samples.drain(..).for_each(|s| spill.push(&s));
+        }
     }
 }
 
@@ -181,7 +208,6 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         Some(f) => f,
         None => Format::from_path(&opts.output)?,
     };
-    output::check_writable(&opts.output)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())
@@ -205,7 +231,11 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
     let mut collected = Collected::default();
     let mut warming = Some(crate::symbolize::warm_native_symbols(&walker.native));
     let mut symbolizer: Option<Symbolizer> = None;
-    let mut named = Named::new(format == Format::Raw);
+    let spill = (format == Format::Raw)
+        .then(|| SampleSpill::create(&raw::spill_dir(&opts.output), start_ns))
+        .transpose()?;
+    let mut named = Named::new(spill);
+    let mut last_status = Instant::now();
     let mut last_naming = Instant::now();
     let mut last_rescan = Instant::now();
     let mut known_threads = 0usize;
@@ -252,6 +282,10 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
                 &mut walker.native,
             );
             last_naming = Instant::now();
+            if let Err(e) = live.trim(before) {
+                ended = Some(e.to_string());
+                break;
+            }
         }
         if last_rescan.elapsed() > Duration::from_millis(200) {
             sampler.rescan_threads();
@@ -265,6 +299,12 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             }
         }
         let st = sampler.stats();
+        if opts.status_every.is_some_and(|every| last_status.elapsed() >= every) {
+            last_status = Instant::now();
+            let stacks = named.profile.stacks.len();
+            let shim = live.state.shim_stats.as_ref();
+            eprintln!("{}", status_line(started.elapsed(), &st, stacks, shim));
+        }
         if progress {
             eprint!(
                 "\rjvmperf: recording pid {} — {:.1} s, {} samples, {} lost   ",
@@ -332,14 +372,17 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             .filter_map(|(ns_tid, name)| Some((*ns_tids.get(ns_tid)?, name.clone()))),
     );
     let unresolved = symbolizer.unresolved_compiled;
-    output::save_recording(
-        &profile,
-        format,
-        &OutputOptions {
-            threads: opts.threads,
-        },
-        &opts.output,
-    )?;
+    match named.spill.take() {
+        Some(spill) => raw::save_streamed(&profile, spill, &opts.output)?,
+        None => output::save(
+            &profile,
+            format,
+            &OutputOptions {
+                threads: opts.threads,
+            },
+            &opts.output,
+        )?,
+    }
 
     let st = sampler.stats();
     eprintln!(
@@ -370,6 +413,39 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// A `--status-every` line: `key=value` pairs for production logs, memory in KiB. `rss` is ours
+/// (VmRSS, VmHWM the peak); `shim` is what the shim holds inside the target.
+fn status_line(
+    elapsed: Duration,
+    st: &SamplerStats,
+    stacks: usize,
+    shim: Option<&ShimStats>,
+) -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let shim = shim.map_or("shim_kib=? shim_queue_peak_kib=?".to_string(), |s| {
+        format!(
+            "shim_kib={} shim_queue_peak_kib={}",
+            s.total_bytes / 1024,
+            s.queue_high_water / 1024
+        )
+    });
+    format!(
+        "jvmperf: status elapsed_s={:.0} samples={} lost={} stacks={stacks} rss_kib={} rss_peak_kib={} {shim}",
+        elapsed.as_secs_f64(),
+        st.samples,
+        st.lost,
+        kib("VmRSS:"),
+        kib("VmHWM:"),
+    )
 }
 
 /// Methods owning replayed (pre-attach) code that is hot in the samples so far.

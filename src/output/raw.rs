@@ -24,14 +24,20 @@
 //! ```
 //!
 //! Later minor versions may append fields after the samples; readers ignore them.
+//!
+//! A recording in progress keeps its named samples in a [`SampleSpill`] on disk, not in memory, and
+//! [`save_streamed`] writes the file from it at the end.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::profile::{Frame, FrameKind, Profile, Sample, MAX_WEIGHT};
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
-use flate2::{Compression, Crc};
-use std::collections::HashMap;
-use std::io::{Read, Write};
+use flate2::{Compression, Crc, CrcWriter};
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Read, Seek, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 
 pub const MAGIC: &[u8; 8] = b"JVMPERF\0";
 const MAJOR: u8 = 1;
@@ -80,14 +86,16 @@ fn kind_code(kind: FrameKind) -> u8 {
     FrameKind::ALL.iter().position(|&k| k == kind).unwrap_or(0) as u8
 }
 
-pub fn render(profile: &Profile) -> Result<Vec<u8>> {
+/// Everything before the samples (period, start, strings, threads, frames, stacks), and the thread
+/// table index of each tid. The thread table holds `sample_tids` and every named thread.
+fn tables(
+    profile: &Profile,
+    sample_tids: impl Iterator<Item = u32>,
+) -> (Vec<u8>, HashMap<u32, u64>) {
     let mut strings = Strings::default();
-    let mut rest = Vec::with_capacity(16 * profile.samples.len() + 1024);
+    let mut rest = Vec::with_capacity(1024);
 
-    let mut tids: Vec<u32> = profile
-        .samples
-        .iter()
-        .map(|s| s.tid)
+    let mut tids: Vec<u32> = sample_tids
         .chain(profile.thread_names.keys().copied())
         .collect();
     tids.sort_unstable();
@@ -128,16 +136,6 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
         }
     }
 
-    put(&mut rest, profile.samples.len() as u64);
-    let mut prev = profile.start_ns;
-    for s in &profile.samples {
-        put(&mut rest, zigzag(s.time.wrapping_sub(prev) as i64));
-        prev = s.time;
-        put(&mut rest, thread_index[&s.tid]);
-        put(&mut rest, s.stack as u64);
-        put(&mut rest, s.weight);
-    }
-
     let mut body = Vec::with_capacity(rest.len() + 64 * strings.list.len() + 32);
     put(&mut body, profile.period_ns);
     put(&mut body, profile.start_ns);
@@ -147,18 +145,258 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
         body.extend_from_slice(s.as_bytes());
     }
     body.extend_from_slice(&rest);
+    (body, thread_index)
+}
 
-    let mut crc = Crc::new();
-    crc.update(&body);
-    let mut out = Vec::with_capacity(body.len() / 3 + HEADER_LEN);
+/// One sample as the format stores it, `thread` being its thread table index; `prev` is the time
+/// of the sample before (the start time for the first).
+fn put_sample(buf: &mut Vec<u8>, prev: &mut u64, s: &Sample, thread: u64) {
+    put(buf, zigzag(s.time.wrapping_sub(*prev) as i64));
+    *prev = s.time;
+    put(buf, thread);
+    put(buf, s.stack as u64);
+    put(buf, s.weight);
+}
+
+fn header(body_crc: u32, body_len: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&[MAJOR, MINOR, FLAG_GZIP, 0]);
-    out.extend_from_slice(&crc.sum().to_le_bytes());
-    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    let mut gz = GzEncoder::new(out, Compression::fast());
+    out.extend_from_slice(&body_crc.to_le_bytes());
+    out.extend_from_slice(&body_len.to_le_bytes());
+    out
+}
+
+pub fn render(profile: &Profile) -> Result<Vec<u8>> {
+    let (mut body, threads) = tables(profile, profile.samples.iter().map(|s| s.tid));
+    body.reserve(16 * profile.samples.len());
+    put(&mut body, profile.samples.len() as u64);
+    let mut prev = profile.start_ns;
+    for s in &profile.samples {
+        put_sample(&mut body, &mut prev, s, threads[&s.tid]);
+    }
+    let mut crc = Crc::new();
+    crc.update(&body);
+    let mut gz = GzEncoder::new(header(crc.sum(), body.len() as u64), Compression::fast());
     gz.write_all(&body)
         .and_then(|_| gz.finish())
         .map_err(|e| Error::new(ErrorKind::Output, format!("cannot compress: {e}")))
+}
+
+/// The named samples of a recording in progress, in an unlinked temporary file (gzip-compressed,
+/// in the sample encoding of the format but with tids for thread indices), so memory does not grow
+/// with the recording's length.
+pub struct SampleSpill {
+    out: GzEncoder<BufWriter<File>>,
+    dir: PathBuf,
+    start_ns: u64,
+    prev: u64,
+    count: u64,
+    tids: HashSet<u32>,
+    buf: Vec<u8>,
+    failed: Option<std::io::Error>,
+}
+
+impl SampleSpill {
+    /// A spill file in `dir` (next to the output: on the disk the output will need anyway). It is
+    /// unlinked at once, so nothing is left behind however the recording ends.
+    pub fn create(dir: &Path, start_ns: u64) -> Result<Self> {
+        let path = dir.join(format!(".jvmperf-samples.{}.partial", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|e| spill_error(dir, &e))?;
+        let _ = std::fs::remove_file(&path);
+        Ok(SampleSpill {
+            out: GzEncoder::new(BufWriter::new(file), Compression::fast()),
+            dir: dir.to_path_buf(),
+            start_ns,
+            prev: start_ns,
+            count: 0,
+            tids: HashSet::new(),
+            buf: Vec::with_capacity(32),
+            failed: None,
+        })
+    }
+
+    /// Append a sample. A write error is kept and reported by [`save_streamed`].
+    pub fn push(&mut self, s: &Sample) {
+        if self.failed.is_some() {
+            return;
+        }
+        self.buf.clear();
+        put_sample(&mut self.buf, &mut self.prev, s, s.tid as u64);
+        match self.out.write_all(&self.buf) {
+            Ok(()) => {
+                self.count += 1;
+                self.tids.insert(s.tid);
+            }
+            Err(e) => self.failed = Some(e),
+        }
+    }
+
+    /// The samples in a finished spill `file`, read back in order.
+    fn replay(
+        mut file: &File,
+        start_ns: u64,
+    ) -> std::io::Result<impl Iterator<Item = std::io::Result<Sample>> + '_> {
+        file.rewind()?;
+        let mut r = BufReader::new(GzDecoder::new(BufReader::new(file)));
+        let mut time = start_ns;
+        Ok(std::iter::from_fn(move || {
+            let next = (|| {
+                if r.fill_buf()?.is_empty() {
+                    return Ok(None);
+                }
+                let delta = unzigzag(read_varint(&mut r)?) as u64;
+                let tid = read_varint(&mut r)? as u32;
+                let stack = read_varint(&mut r)? as u32;
+                let weight = read_varint(&mut r)?;
+                time = time.wrapping_add(delta);
+                Ok(Some(Sample {
+                    time,
+                    tid,
+                    stack,
+                    weight,
+                }))
+            })();
+            next.transpose()
+        }))
+    }
+}
+
+fn spill_error(dir: &Path, e: &std::io::Error) -> Error {
+    Error::new(
+        ErrorKind::Output,
+        format!(
+            "cannot keep the recording's samples in {}: {e} (a .jvmperf recording spools its samples next to the output: free space there or choose another -o)",
+            dir.display()
+        ),
+    )
+}
+
+fn read_varint(r: &mut impl Read) -> std::io::Result<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let mut b = [0u8];
+        r.read_exact(&mut b)?;
+        v |= ((b[0] & 0x7f) as u64) << shift;
+        if b[0] & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    Err(std::io::Error::other("bad number in the sample spill"))
+}
+
+/// Write `profile`'s frames, stacks and threads with the samples in `spill` (the profile's own
+/// samples are not used) as a `.jvmperf` file at `path`: a temporary file renamed when complete,
+/// or written in place when `path` is not a regular file (`/dev/null`).
+pub fn save_streamed(profile: &Profile, spill: SampleSpill, path: &Path) -> Result<()> {
+    let SampleSpill {
+        out,
+        dir,
+        start_ns,
+        count,
+        tids,
+        failed,
+        ..
+    } = spill;
+    let spilled = match failed {
+        Some(e) => Err(e),
+        None => out
+            .finish()
+            .and_then(|w| w.into_inner().map_err(|e| e.into_error())),
+    };
+    let file = spilled.map_err(|e| spill_error(&dir, &e))?;
+    let (tables, threads) = tables(profile, tids.into_iter());
+    let body = |w: &mut dyn Write| -> std::io::Result<()> {
+        w.write_all(&tables)?;
+        let mut buf = Vec::with_capacity(64 << 10);
+        put(&mut buf, count);
+        let mut prev = profile.start_ns;
+        for s in SampleSpill::replay(&file, start_ns)? {
+            let s = s?;
+            let thread = *threads
+                .get(&s.tid)
+                .ok_or_else(|| std::io::Error::other("a spilled sample's thread is unknown"))?;
+            put_sample(&mut buf, &mut prev, &s, thread);
+            if buf.len() >= 60 << 10 {
+                w.write_all(&buf)?;
+                buf.clear();
+            }
+        }
+        w.write_all(&buf)
+    };
+    let mut crc = CrcWriter::new(std::io::sink());
+    body(&mut crc).map_err(|e| spill_error(&dir, &e))?;
+    let (body_crc, body_len) = (crc.crc().sum(), crc.crc().amount() as u64);
+    write_atomically(path, |f| {
+        f.write_all(&header(body_crc, body_len))?;
+        let mut gz = GzEncoder::new(BufWriter::new(f), Compression::fast());
+        body(&mut gz)?;
+        gz.finish()?.flush()
+    })
+}
+
+/// Write `path` with `write`: a regular file atomically (a new temporary file next to it, renamed
+/// over it when complete), anything else that exists (`/dev/null`, a FIFO) in place.
+fn write_atomically(
+    path: &Path,
+    write: impl FnOnce(&mut File) -> std::io::Result<()>,
+) -> Result<()> {
+    let fail = |e: std::io::Error| {
+        Error::new(
+            ErrorKind::Output,
+            format!(
+                "cannot write {}: {e} (check free space and permissions, or choose another -o)",
+                path.display()
+            ),
+        )
+    };
+    if std::fs::metadata(path).is_ok_and(|m| !m.file_type().is_file()) {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(fail)?;
+        return write(&mut f).map_err(fail);
+    }
+    let tmp = path.with_file_name(format!(
+        ".{}.{}.jvmperf-partial",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("out"),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&tmp);
+    let result = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .and_then(|mut f| {
+            write(&mut f)?;
+            f.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&tmp, path));
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        fail(e)
+    })
+}
+
+/// Where a recording to `output` spools its samples: next to it, or in the temporary directory
+/// when `output` is not a regular file (`/dev/null`).
+pub fn spill_dir(output: &Path) -> PathBuf {
+    if std::fs::metadata(output).is_ok_and(|m| !m.file_type().is_file()) {
+        return std::env::temp_dir();
+    }
+    match output.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
 }
 
 fn corrupt(what: impl std::fmt::Display) -> Error {
@@ -428,6 +666,56 @@ mod tests {
         assert_eq!(q.samples, p.samples);
         assert_eq!(q.thread_names, p.thread_names);
         assert_eq!((q.period_ns, q.start_ns), (p.period_ns, p.start_ns));
+    }
+
+    #[test]
+    fn streamed_recording_equals_the_rendered_one() {
+        let p = fixture();
+        let dir = std::env::temp_dir().join(format!("jvmperf-spill-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut spill = SampleSpill::create(&dir, p.start_ns).unwrap();
+        for s in &p.samples {
+            spill.push(s);
+        }
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            0,
+            "the spill is unlinked from the start"
+        );
+        let out = dir.join("r.jvmperf");
+        let mut tables_only = p.clone();
+        tables_only.samples.clear();
+        save_streamed(&tables_only, spill, &out).unwrap();
+        let q = parse(&std::fs::read(&out).unwrap()).unwrap();
+        assert_eq!((q.frames, q.stacks), (p.frames.clone(), p.stacks.clone()));
+        assert_eq!(
+            (q.samples, q.thread_names),
+            (p.samples.clone(), p.thread_names.clone())
+        );
+        save_streamed(
+            &tables_only,
+            SampleSpill::create(&dir, 0).unwrap(),
+            Path::new("/dev/null"),
+        )
+        .unwrap();
+        let e = save_streamed(
+            &p,
+            SampleSpill::create(&dir, 0).unwrap(),
+            Path::new("/dev/full"),
+        )
+        .unwrap_err();
+        assert!(
+            e.message.contains("cannot write /dev/full"),
+            "{}",
+            e.message
+        );
+        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+        assert_eq!(names.len(), 1, "only the output: {names:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+        let e = SampleSpill::create(Path::new("/nonexistent-jvmperf"), 0)
+            .err()
+            .unwrap();
+        assert!(e.message.contains("cannot keep the recording's samples"));
     }
 
     #[test]

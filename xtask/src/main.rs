@@ -8,6 +8,7 @@ mod bench_attach;
 mod bench_convert;
 mod bench_jvm;
 mod bench_record;
+mod bench_soak;
 mod demo;
 mod jdk;
 mod many_methods_gen;
@@ -23,7 +24,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "bench",
-        "benchmarks: `bench attach` (time to a complete code map, replay rate), `bench record` (cost per sample vs JFR), `bench convert` (raw recording to every format)",
+        "benchmarks: `bench attach` (time to a complete code map, replay rate), `bench record` (cost per sample vs JFR), `bench convert` (raw recording to every format), `bench soak` (memory and lost samples over a long recording)",
     ),
     (
         "demo",
@@ -52,7 +53,8 @@ fn run(args: &[String]) -> Result<()> {
             Some((name, args)) if name == "attach" => bench_attach::main(args),
             Some((name, args)) if name == "record" => bench_record::main(args),
             Some((name, args)) if name == "convert" => bench_convert::main(args),
-            _ => bail!("usage: cargo xtask bench attach|record|convert"),
+            Some((name, args)) if name == "soak" => bench_soak::main(args),
+            _ => bail!("usage: cargo xtask bench attach|record|convert|soak"),
         },
         "demo" => demo::main(rest),
         "help" | "-h" | "--help" => {
