@@ -208,6 +208,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         Some(f) => f,
         None => Format::from_path(&opts.output)?,
     };
+    output::check_writable(&opts.output)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())
@@ -299,7 +300,10 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             }
         }
         let st = sampler.stats();
-        if opts.status_every.is_some_and(|every| last_status.elapsed() >= every) {
+        if opts
+            .status_every
+            .is_some_and(|every| last_status.elapsed() >= every)
+        {
             last_status = Instant::now();
             let stacks = named.profile.stacks.len();
             let shim = live.state.shim_stats.as_ref();
@@ -374,7 +378,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
     let unresolved = symbolizer.unresolved_compiled;
     match named.spill.take() {
         Some(spill) => raw::save_streamed(&profile, spill, &opts.output)?,
-        None => output::save(
+        None => output::save_recording(
             &profile,
             format,
             &OutputOptions {

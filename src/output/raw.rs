@@ -335,55 +335,11 @@ pub fn save_streamed(profile: &Profile, spill: SampleSpill, path: &Path) -> Resu
     let mut crc = CrcWriter::new(std::io::sink());
     body(&mut crc).map_err(|e| spill_error(&dir, &e))?;
     let (body_crc, body_len) = (crc.crc().sum(), crc.crc().amount() as u64);
-    write_atomically(path, |f| {
+    super::write_with(path, |f| {
         f.write_all(&header(body_crc, body_len))?;
         let mut gz = GzEncoder::new(BufWriter::new(f), Compression::fast());
         body(&mut gz)?;
         gz.finish()?.flush()
-    })
-}
-
-/// Write `path` with `write`: a regular file atomically (a new temporary file next to it, renamed
-/// over it when complete), anything else that exists (`/dev/null`, a FIFO) in place.
-fn write_atomically(
-    path: &Path,
-    write: impl FnOnce(&mut File) -> std::io::Result<()>,
-) -> Result<()> {
-    let fail = |e: std::io::Error| {
-        Error::new(
-            ErrorKind::Output,
-            format!(
-                "cannot write {}: {e} (check free space and permissions, or choose another -o)",
-                path.display()
-            ),
-        )
-    };
-    if std::fs::metadata(path).is_ok_and(|m| !m.file_type().is_file()) {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(fail)?;
-        return write(&mut f).map_err(fail);
-    }
-    let tmp = path.with_file_name(format!(
-        ".{}.{}.jvmperf-partial",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("out"),
-        std::process::id()
-    ));
-    let _ = std::fs::remove_file(&tmp);
-    let result = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .and_then(|mut f| {
-            write(&mut f)?;
-            f.sync_all()
-        })
-        .and_then(|()| std::fs::rename(&tmp, path));
-    result.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        fail(e)
     })
 }
 
