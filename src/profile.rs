@@ -102,10 +102,10 @@ pub struct Sample {
 #[derive(Debug, Default, Clone)]
 pub struct Profile {
     pub frames: Vec<Frame>,
-    frame_ids: HashMap<Frame, FrameId>,
+    frame_ids: foldhash::HashMap<Frame, FrameId>,
     /// Each stack root first, leaf last.
     pub stacks: Vec<Vec<FrameId>>,
-    stack_ids: HashMap<Vec<FrameId>, StackId>,
+    stack_ids: foldhash::HashMap<Vec<FrameId>, StackId>,
     pub samples: Vec<Sample>,
     pub thread_names: HashMap<u32, String>,
     /// Sampling period in ns (1e9 / frequency); 0 when unknown.
@@ -126,12 +126,16 @@ impl Profile {
     }
 
     pub fn intern_stack(&mut self, root_to_leaf: Vec<FrameId>) -> StackId {
-        if let Some(&id) = self.stack_ids.get(&root_to_leaf) {
+        self.intern_stack_slice(&root_to_leaf)
+    }
+
+    pub fn intern_stack_slice(&mut self, root_to_leaf: &[FrameId]) -> StackId {
+        if let Some(&id) = self.stack_ids.get(root_to_leaf) {
             return id;
         }
         let id = self.stacks.len() as StackId;
-        self.stacks.push(root_to_leaf.clone());
-        self.stack_ids.insert(root_to_leaf, id);
+        self.stacks.push(root_to_leaf.to_vec());
+        self.stack_ids.insert(root_to_leaf.to_vec(), id);
         id
     }
 

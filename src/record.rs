@@ -7,12 +7,12 @@ use crate::live_jvm::LiveJvm;
 use crate::native::NativeUnwinder;
 use crate::output::raw::{self, SampleSpill};
 use crate::output::{self, Format, OutputOptions};
-use crate::profile::{Frame, Profile, Sample};
+use crate::profile::{FrameId, Profile, Sample};
 use crate::sampler::{Sampler, SamplerConfig, SamplerStats};
 use crate::shim::protocol::{self, ShimStats};
 use crate::symbolize::Symbolizer;
 use crate::unwind::{RawFrame, StackWalker};
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -112,7 +112,7 @@ impl Named {
     fn new(spill: Option<SampleSpill>) -> Self {
         Named {
             profile: Profile::default(),
-            merged: spill.is_none().then(HashMap::new),
+            merged: spill.is_none().then(HashMap::default),
             spill,
             count: 0,
             first: None,
@@ -131,11 +131,11 @@ impl Named {
         code: &CodeMap,
         native: &mut NativeUnwinder,
     ) {
-        let mut leaf_first: Vec<Frame> = Vec::new();
+        let mut leaf_first: Vec<FrameId> = Vec::new();
         for s in collected.samples.iter().filter(|s| s.time < before) {
             leaf_first.clear();
             for ip in &s.kernel {
-                leaf_first.push(symbolizer.kernel_frame(*ip));
+                leaf_first.push(symbolizer.kernel_frame(&mut self.profile, *ip));
             }
             let raw = &collected.stacks[s.stack as usize];
             if let Some(RawFrame::Compiled { pc, .. }) =
@@ -147,14 +147,10 @@ impl Named {
                 }
             }
             for f in raw {
-                symbolizer.frames(code, native, f, s.time, &mut leaf_first);
+                symbolizer.frames(&mut self.profile, code, native, f, s.time, &mut leaf_first);
             }
-            let ids: Vec<u32> = leaf_first
-                .iter()
-                .rev()
-                .map(|f| self.profile.intern_frame(f.clone()))
-                .collect();
-            let stack = self.profile.intern_stack(ids);
+            leaf_first.reverse();
+            let stack = self.profile.intern_stack_slice(&leaf_first);
             self.count += 1;
             self.first = Some(self.first.map_or(s.time, |f| f.min(s.time)));
             self.last = self.last.max(s.time);
@@ -454,7 +450,7 @@ fn status_line(
 
 /// Methods owning replayed (pre-attach) code that is hot in the samples so far.
 fn hot_replayed_methods(live: &LiveJvm, collected: &Collected) -> Vec<u64> {
-    let mut counts: HashMap<u64, u64> = HashMap::new();
+    let mut counts: HashMap<u64, u64> = HashMap::default();
     for s in &collected.samples {
         for f in &collected.stacks[s.stack as usize] {
             if let RawFrame::Compiled { pc, .. } = f {

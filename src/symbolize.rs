@@ -1,15 +1,16 @@
 //! Names for raw frames: compiled Java frames through the time-versioned code map (inlined chain,
 //! bci, line), interpreted frames through `Method*` (VMStructs), native frames through the ELF/DWARF
-//! symbolizer, kernel frames through kallsyms. Work is cached per distinct address.
+//! symbolizer, kernel frames through kallsyms. Frames are interned into the profile once per distinct
+//! address (and code version); naming a sample is a few hash lookups.
 
-use crate::codemap::{CodeKind, CodeMap};
+use crate::codemap::{CodeEntry, CodeKind, CodeMap};
 use crate::hotspot::method::{MethodLayout, MethodName};
 use crate::java_names::class_name;
 use crate::native::{KernelSymbols, NativeSymbolizer, NativeUnwinder};
-use crate::profile::{Frame, FrameKind};
+use crate::profile::{Frame, FrameId, FrameKind, Profile};
 use crate::target::ProcessMemory;
 use crate::unwind::RawFrame;
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 /// Names frames; lives for a whole recording so its caches (and loaded debug info) are built once.
 pub struct Symbolizer {
@@ -18,7 +19,11 @@ pub struct Symbolizer {
     native_symbols: NativeSymbolizer,
     pub kernel: Option<KernelSymbols>,
     method_cache: HashMap<u64, Option<MethodName>>,
-    native_cache: HashMap<(u64, bool), Vec<Frame>>,
+    /// Frames by (code entry start, its load time, pc): one entry per version of the code.
+    compiled_cache: HashMap<(u64, u64, u64), Vec<FrameId>>,
+    interpreted_cache: HashMap<(u64, i32), FrameId>,
+    native_cache: HashMap<(u64, bool), Vec<FrameId>>,
+    kernel_cache: HashMap<u64, FrameId>,
     /// Compiled frames whose code was unknown to the code map (resolved through `Method*`).
     pub unresolved_compiled: u64,
 }
@@ -73,8 +78,11 @@ impl Symbolizer {
             mem,
             native_symbols,
             kernel: None,
-            method_cache: HashMap::new(),
-            native_cache: HashMap::new(),
+            method_cache: HashMap::default(),
+            compiled_cache: HashMap::default(),
+            interpreted_cache: HashMap::default(),
+            native_cache: HashMap::default(),
+            kernel_cache: HashMap::default(),
             unresolved_compiled: 0,
         }
     }
@@ -117,116 +125,162 @@ impl Symbolizer {
         }
     }
 
-    /// The frames (leaf first) for one raw frame of a sample taken at `time`, resolving compiled
-    /// code against `code` and native code against `native`'s modules.
+    /// Interns the frames (leaf first) of one raw frame of a sample taken at `time` into `profile`,
+    /// resolving compiled code against `code` and native code against `native`'s modules. Names
+    /// are built once per distinct code version and address; a sample costs hash lookups.
     pub fn frames(
         &mut self,
+        profile: &mut Profile,
         code: &CodeMap,
         native: &mut NativeUnwinder,
         raw: &RawFrame,
         time: u64,
-        out: &mut Vec<Frame>,
+        out: &mut Vec<FrameId>,
     ) {
-        match raw {
+        match *raw {
             RawFrame::Compiled { pc, method } => {
-                let chain = code
-                    .lookup(*pc, time)
-                    .filter(|e| matches!(e.kind, CodeKind::Nmethod { .. }))
-                    .and_then(|e| e.frames_at(*pc).map(|c| (e, c)));
-                match chain {
-                    Some((_, chain)) if !chain.is_empty() => {
-                        let last = chain.len() - 1;
-                        for (i, &(m, bci)) in chain.iter().enumerate() {
-                            // -1 is HotSpot's method-entry bci (InvocationEntryBci); like its
-                            // compiledVFrame::bci(), report it as bytecode 0.
-                            let bci = if bci == -1 { 0 } else { bci };
-                            let kind = if i == last {
-                                FrameKind::Jit
-                            } else {
-                                FrameKind::Inlined
-                            };
-                            match code.method(m) {
-                                Some(info) => out.push(java_frame(
-                                    info.qualified_name(),
-                                    kind,
-                                    &info.signature,
-                                    &info.source_file,
-                                    info.line_of(bci),
-                                    bci,
-                                    info.line_of(-1),
-                                )),
-                                None => out.push(self.frame_from_method_ptr(*method, bci, kind)),
-                            }
-                        }
-                    }
-                    _ => {
-                        // Known code without a debug point here, or code the shim has not reported.
-                        // For known code, bci 0 as HotSpot's own walkers give it (native
-                        // wrappers, and fill_from_compiled_native_frame for pcs without a PcDesc).
-                        if let Some(e) = code.lookup(*pc, time) {
-                            if let Some(info) = e.method().and_then(|m| code.method(m)) {
-                                out.push(java_frame(
-                                    info.qualified_name(),
-                                    FrameKind::Jit,
-                                    &info.signature,
-                                    &info.source_file,
-                                    None,
-                                    0,
-                                    info.line_of(-1),
-                                ));
-                                return;
-                            }
-                        }
-                        self.unresolved_compiled += 1;
-                        out.push(self.frame_from_method_ptr(*method, -1, FrameKind::Jit));
-                    }
+                let entry = code.lookup(pc, time);
+                let key = entry.map(|e| (e.start, e.load_time, pc));
+                if let Some(ids) = key.and_then(|k| self.compiled_cache.get(&k)) {
+                    out.extend_from_slice(ids);
+                    return;
+                }
+                let start = out.len();
+                let cacheable = self.compiled(profile, code, entry, pc, method, out);
+                if let (Some(key), true) = (key, cacheable) {
+                    self.compiled_cache.insert(key, out[start..].to_vec());
                 }
             }
             RawFrame::Interpreted { method, bci } => {
-                out.push(self.frame_from_method_ptr(*method, *bci, FrameKind::Interpreted))
-            }
-            RawFrame::Stub { pc, blob } => {
-                let name = match code.lookup(*pc, time).map(|e| &e.kind) {
-                    Some(CodeKind::Blob { name }) => name.clone(),
-                    _ => blob.to_string(),
+                let id = match self.interpreted_cache.get(&(method, bci)) {
+                    Some(&id) => id,
+                    None => {
+                        let frame = self.frame_from_method_ptr(method, bci, FrameKind::Interpreted);
+                        let id = profile.intern_frame(frame);
+                        self.interpreted_cache.insert((method, bci), id);
+                        id
+                    }
                 };
-                out.push(Frame::named(name, FrameKind::Stub));
+                out.push(id);
+            }
+            RawFrame::Stub { pc, ref blob } => {
+                let name = match code.lookup(pc, time).map(|e| &e.kind) {
+                    Some(CodeKind::Blob { name }) => name.as_str(),
+                    _ => blob.as_ref(),
+                };
+                out.push(profile.intern_frame(Frame::named(name, FrameKind::Stub)));
             }
             RawFrame::Native { pc, return_address } => {
-                let key = (*pc, *return_address);
+                let key = (pc, return_address);
                 if let Some(cached) = self.native_cache.get(&key) {
-                    out.extend(cached.iter().cloned());
+                    out.extend_from_slice(cached);
                     return;
                 }
-                let frames: Vec<Frame> = match native.module_for(*pc) {
-                    Some(module) => {
-                        let module_name = module.name.clone();
-                        self.native_symbols
-                            .symbolize(&module, *pc, *return_address)
-                            .into_iter()
-                            .map(|f| Frame {
-                                file: f.file,
-                                line: f.line,
-                                module: Some(module_name.clone()),
-                                ..Frame::named(f.function, FrameKind::Native)
-                            })
-                            .collect()
-                    }
+                let frames: Vec<Frame> = match native.module_for(pc) {
+                    Some(module) => self
+                        .native_symbols
+                        .symbolize(&module, pc, return_address)
+                        .into_iter()
+                        .map(|f| Frame {
+                            file: f.file,
+                            line: f.line,
+                            module: Some(module.name.clone()),
+                            ..Frame::named(f.function, FrameKind::Native)
+                        })
+                        .collect(),
                     None => vec![Frame::named(
                         format!("[unknown {pc:#x}]"),
                         FrameKind::Native,
                     )],
                 };
-                out.extend(frames.iter().cloned());
-                self.native_cache.insert(key, frames);
+                let ids: Vec<FrameId> = frames
+                    .into_iter()
+                    .map(|f| profile.intern_frame(f))
+                    .collect();
+                out.extend_from_slice(&ids);
+                self.native_cache.insert(key, ids);
             }
         }
     }
 
-    pub fn kernel_frame(&mut self, ip: u64) -> Frame {
+    /// Frames of compiled code at `pc` owned by `entry`; false when a name came from a fallback
+    /// that a later record (the method's metadata) could improve, so it must not be cached.
+    fn compiled(
+        &mut self,
+        profile: &mut Profile,
+        code: &CodeMap,
+        entry: Option<&CodeEntry>,
+        pc: u64,
+        method: u64,
+        out: &mut Vec<FrameId>,
+    ) -> bool {
+        let nmethod = entry.filter(|e| matches!(e.kind, CodeKind::Nmethod { .. }));
+        match nmethod.and_then(|e| e.frames_at(pc)) {
+            Some(chain) if !chain.is_empty() => {
+                let last = chain.len() - 1;
+                let mut complete = true;
+                for (i, &(m, bci)) in chain.iter().enumerate() {
+                    // -1 is HotSpot's method-entry bci (InvocationEntryBci); like its
+                    // compiledVFrame::bci(), report it as bytecode 0.
+                    let bci = if bci == -1 { 0 } else { bci };
+                    let kind = if i == last {
+                        FrameKind::Jit
+                    } else {
+                        FrameKind::Inlined
+                    };
+                    let frame = match code.method(m) {
+                        Some(info) => java_frame(
+                            info.qualified_name(),
+                            kind,
+                            &info.signature,
+                            &info.source_file,
+                            info.line_of(bci),
+                            bci,
+                            info.line_of(-1),
+                        ),
+                        None => {
+                            complete = false;
+                            self.frame_from_method_ptr(method, bci, kind)
+                        }
+                    };
+                    out.push(profile.intern_frame(frame));
+                }
+                complete
+            }
+            _ => {
+                // Known code without a debug point here, or code the shim has not reported. For
+                // known code, bci 0 as HotSpot's own walkers give it (native wrappers, and
+                // fill_from_compiled_native_frame for pcs without a PcDesc).
+                if let Some(info) = entry.and_then(|e| e.method()).and_then(|m| code.method(m)) {
+                    let frame = java_frame(
+                        info.qualified_name(),
+                        FrameKind::Jit,
+                        &info.signature,
+                        &info.source_file,
+                        None,
+                        0,
+                        info.line_of(-1),
+                    );
+                    out.push(profile.intern_frame(frame));
+                    return true;
+                }
+                self.unresolved_compiled += 1;
+                let frame = self.frame_from_method_ptr(method, -1, FrameKind::Jit);
+                out.push(profile.intern_frame(frame));
+                false
+            }
+        }
+    }
+
+    pub fn kernel_frame(&mut self, profile: &mut Profile, ip: u64) -> FrameId {
+        if let Some(&id) = self.kernel_cache.get(&ip) {
+            return id;
+        }
         let kernel = self.kernel.get_or_insert_with(|| {
             KernelSymbols::load().unwrap_or_else(|_| KernelSymbols::parse(""))
         });
-        Frame::named(kernel.symbolize(ip), FrameKind::Kernel)
+        let id = profile.intern_frame(Frame::named(kernel.symbolize(ip), FrameKind::Kernel));
+        self.kernel_cache.insert(ip, id);
+        id
     }
 }

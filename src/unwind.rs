@@ -8,7 +8,7 @@ use crate::hotspot::HotSpot;
 use crate::native::{NativeRegs, NativeUnwinder, StepOutcome};
 use crate::sampler::Regs;
 use crate::target::{ProcessMemory, TargetMemory};
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 
 const MAX_FRAMES: usize = 4096;
@@ -111,8 +111,8 @@ impl StackWalker {
             code_cache: CodeCache::discover(vs, &hotspot.mem),
             methods: MethodLayout::discover(vs),
             mem: hotspot.mem,
-            blobs: HashMap::new(),
-            pc_blobs: HashMap::new(),
+            blobs: HashMap::default(),
+            pc_blobs: HashMap::default(),
             call_stub_return,
         }
     }
