@@ -7,7 +7,7 @@ use crate::live_jvm::LiveJvm;
 use crate::native::NativeUnwinder;
 use crate::output::raw::{self, SampleSpill};
 use crate::output::{self, Format, OutputOptions};
-use crate::profile::{FrameId, Profile, Sample};
+use crate::profile::{Frame, FrameId, FrameKind, Profile, Sample};
 use crate::sampler::{Sampler, SamplerConfig, SamplerStats};
 use crate::shim::protocol::{self, ShimStats};
 use crate::symbolize::Symbolizer;
@@ -39,6 +39,7 @@ struct RawSample {
     tid: u32,
     stack: u32,
     kernel: Vec<u64>,
+    in_kernel: bool,
 }
 
 /// Walked stacks, interned (raw frames are stable per code address; names depend on time), and
@@ -71,6 +72,7 @@ impl Collected {
             tid: s.tid,
             stack,
             kernel: s.kernel_ips.to_vec(),
+            in_kernel: s.in_kernel,
         });
     }
 
@@ -137,6 +139,11 @@ impl Named {
             for ip in &s.kernel {
                 leaf_first.push(symbolizer.kernel_frame(&mut self.profile, *ip));
             }
+            if s.in_kernel && s.kernel.is_empty() {
+                // Time in a system call or fault, without --kernel's callchain.
+                let kernel = Frame::named("[kernel]", FrameKind::Kernel);
+                leaf_first.push(self.profile.intern_frame(kernel));
+            }
             let raw = &collected.stacks[s.stack as usize];
             if let Some(RawFrame::Compiled { pc, .. }) =
                 raw.iter().find(|f| matches!(f, RawFrame::Compiled { .. }))
@@ -185,14 +192,16 @@ impl Named {
 }
 
 fn ready_symbolizer(
-    warming: std::thread::JoinHandle<crate::native::NativeSymbolizer>,
+    warming: std::thread::JoinHandle<(crate::native::NativeSymbolizer, Duration)>,
     walker: &StackWalker,
     live: &LiveJvm,
 ) -> Symbolizer {
-    let native = warming
+    let (native, cpu) = warming
         .join()
-        .unwrap_or_else(|_| crate::native::NativeSymbolizer::new());
-    Symbolizer::new(walker.method_layout().cloned(), live.hotspot.mem, native)
+        .unwrap_or_else(|_| (crate::native::NativeSymbolizer::new(), Duration::ZERO));
+    let mut symbolizer = Symbolizer::new(walker.method_layout().cloned(), live.hotspot.mem, native);
+    symbolizer.debug_info_cpu = cpu;
+    symbolizer
 }
 
 /// How long a sample waits before it is named: the shim's load record for the code it hit may be
@@ -372,6 +381,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             .filter_map(|(ns_tid, name)| Some((*ns_tids.get(ns_tid)?, name.clone()))),
     );
     let unresolved = symbolizer.unresolved_compiled;
+    let debug_info_cpu = symbolizer.debug_info_cpu;
     match named.spill.take() {
         Some(spill) => raw::save_streamed(&profile, spill, &opts.output)?,
         None => output::save_recording(
@@ -400,6 +410,16 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         100.0 * named.precise_hits as f64 / named.jit_top.max(1) as f64,
         if live.debug_non_safepoints { "on" } else { "off" }
     );
+    eprintln!(
+        "jvmperf: one-off: loading native debug info took {:.2} CPU-s (in the background while sampling)",
+        debug_info_cpu.as_secs_f64()
+    );
+    if !sampler.samples_kernel_time() {
+        eprintln!(
+            "jvmperf: time the JVM spent in the kernel (system calls, page faults) was not sampled: \
+             kernel.perf_event_paranoid allows user time only (run as root or with CAP_PERFMON)"
+        );
+    }
     if let Some(first) = named.first {
         let last = named.last;
         eprintln!(

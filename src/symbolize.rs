@@ -11,6 +11,8 @@ use crate::profile::{Frame, FrameId, FrameKind, Profile};
 use crate::target::ProcessMemory;
 use crate::unwind::RawFrame;
 use foldhash::HashMap;
+use nix::time::{clock_gettime, ClockId};
+use std::time::Duration;
 
 /// Names frames; lives for a whole recording so its caches (and loaded debug info) are built once.
 pub struct Symbolizer {
@@ -26,6 +28,8 @@ pub struct Symbolizer {
     kernel_cache: HashMap<u64, FrameId>,
     /// Compiled frames whose code was unknown to the code map (resolved through `Method*`).
     pub unresolved_compiled: u64,
+    /// CPU time spent loading native debug info ahead of the first naming pass.
+    pub debug_info_cpu: Duration,
 }
 
 fn java_frame(
@@ -50,8 +54,11 @@ fn java_frame(
 }
 
 /// Start loading the debug info of the big native modules (libjvm's is ~150 MB of compressed
-/// DWARF, seconds to load) on a thread of its own, so sampling never waits for it.
-pub fn warm_native_symbols(native: &NativeUnwinder) -> std::thread::JoinHandle<NativeSymbolizer> {
+/// DWARF, seconds to load) on a thread of its own, so sampling never waits for it. The thread
+/// reports the CPU time it took: a one-off cost, apart from the per-sample work.
+pub fn warm_native_symbols(
+    native: &NativeUnwinder,
+) -> std::thread::JoinHandle<(NativeSymbolizer, Duration)> {
     let libjvm = native
         .modules()
         .all()
@@ -63,7 +70,10 @@ pub fn warm_native_symbols(native: &NativeUnwinder) -> std::thread::JoinHandle<N
         if let Some(m) = libjvm {
             symbols.symbolize(&m, m.start, false);
         }
-        symbols
+        let cpu = clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)
+            .map(Duration::from)
+            .unwrap_or_default();
+        (symbols, cpu)
     })
 }
 
@@ -84,6 +94,7 @@ impl Symbolizer {
             native_cache: HashMap::default(),
             kernel_cache: HashMap::default(),
             unresolved_compiled: 0,
+            debug_info_cpu: Duration::ZERO,
         }
     }
 

@@ -46,10 +46,24 @@ pub(super) fn event_attr(config: &SamplerConfig, wakeup_bytes: u32) -> sys::perf
     if config.kernel_callchain {
         // The kernel's user callchain follows frame pointers, which JIT code does not keep.
         attr.set_exclude_callchain_user(1);
-    } else {
-        attr.set_exclude_kernel(1);
     }
+    // Time in system calls and page faults is sampled too (its user registers and stack are
+    // those at kernel entry) unless perf_event_paranoid forbids it: see `Sampler::open_thread`.
     attr
+}
+
+/// Whether a failed open may succeed with kernel time excluded (`perf_event_paranoid` 2 lets
+/// unprivileged users count user time only).
+pub(super) fn retry_without_kernel(attr: &mut sys::perf_event_attr, e: &io::Error) -> bool {
+    let denied = matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM));
+    if !denied
+        || attr.exclude_kernel() == 1
+        || attr.sample_type & u64::from(sys::PERF_SAMPLE_CALLCHAIN) != 0
+    {
+        return false;
+    }
+    attr.set_exclude_kernel(1);
+    true
 }
 
 /// Opens the event on thread `tid` (any CPU). `Ok(None)`: the thread no longer exists.

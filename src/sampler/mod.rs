@@ -248,6 +248,12 @@ impl Sampler {
         self.pid
     }
 
+    /// Whether samples also land in kernel code (system calls, page faults); false when
+    /// `perf_event_paranoid` restricts us to user time, which then goes unsampled.
+    pub fn samples_kernel_time(&self) -> bool {
+        self.attr.exclude_kernel() == 0
+    }
+
     /// Bytes of one thread's ring buffer (data pages only).
     pub fn ring_buffer_bytes(&self) -> usize {
         self.data_pages * ring::page_size()
@@ -281,10 +287,14 @@ impl Sampler {
         }
     }
 
-    fn open_thread(&self, tid: u32) -> Result<Option<ThreadEvent>> {
-        let Some(fd) = attr::open_thread(&self.attr, tid)
-            .map_err(|e| attr::open_error(&e, tid, &self.config))?
-        else {
+    fn open_thread(&mut self, tid: u32) -> Result<Option<ThreadEvent>> {
+        let opened = match attr::open_thread(&self.attr, tid) {
+            Err(e) if attr::retry_without_kernel(&mut self.attr, &e) => {
+                attr::open_thread(&self.attr, tid)
+            }
+            other => other,
+        };
+        let Some(fd) = opened.map_err(|e| attr::open_error(&e, tid, &self.config))? else {
             return Ok(None);
         };
         let ring = RingBuffer::map(&fd, self.data_pages)

@@ -69,10 +69,14 @@ pub struct Sample<'a> {
     pub stack: &'a [u8],
     /// Kernel return addresses, innermost first, without `PERF_CONTEXT_*` markers; empty if none.
     pub kernel_ips: &'a [u64],
+    /// The thread was running kernel code (a system call, a page fault) when sampled.
+    pub in_kernel: bool,
 }
 
 /// A parsed ring-buffer record; only the kinds we act on are distinguished.
 #[derive(Debug)]
+// Short-lived on the stack, one per record: boxing the sample would allocate per sample.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Record<'a> {
     /// `kernel_ips` is left empty; the raw callchain is returned beside it for [`kernel_ips`].
     Sample {
@@ -89,13 +93,16 @@ pub(super) enum Record<'a> {
 pub(super) fn parse(record: &[u8], has_callchain: bool) -> Option<Record<'_>> {
     let mut cur = Cursor(record);
     let kind = cur.u32()?;
-    let _misc = cur.u16()?;
+    let misc = cur.u16()?;
     let size = usize::from(cur.u16()?);
     if size != record.len() {
         return None;
     }
     match kind {
-        sys::PERF_RECORD_SAMPLE => parse_sample(cur, has_callchain),
+        sys::PERF_RECORD_SAMPLE => {
+            let cpumode = u32::from(misc) & sys::PERF_RECORD_MISC_CPUMODE_MASK;
+            parse_sample(cur, has_callchain, cpumode == sys::PERF_RECORD_MISC_KERNEL)
+        }
         sys::PERF_RECORD_LOST => {
             let _id = cur.u64()?;
             Some(Record::Lost(cur.u64()?))
@@ -106,7 +113,7 @@ pub(super) fn parse(record: &[u8], has_callchain: bool) -> Option<Record<'_>> {
     }
 }
 
-fn parse_sample(mut cur: Cursor<'_>, has_callchain: bool) -> Option<Record<'_>> {
+fn parse_sample(mut cur: Cursor<'_>, has_callchain: bool, in_kernel: bool) -> Option<Record<'_>> {
     let pid = cur.u32()?;
     let tid = cur.u32()?;
     let time = cur.u64()?;
@@ -143,6 +150,7 @@ fn parse_sample(mut cur: Cursor<'_>, has_callchain: bool) -> Option<Record<'_>> 
             regs,
             stack,
             kernel_ips: &[],
+            in_kernel,
         },
         callchain,
     })
@@ -261,6 +269,15 @@ pub(super) mod tests {
         assert_eq!((s.regs.r8, s.regs.r15), (10, 17));
         assert_eq!(s.stack, &stack[..24]);
         assert!(cc.is_empty());
+        assert!(!s.in_kernel);
+    }
+
+    #[test]
+    fn the_header_says_whether_the_sample_hit_kernel_code() {
+        let mut rec = sample_record(&[], &[0; 8], 8);
+        let misc = sys::PERF_RECORD_MISC_KERNEL as u16;
+        rec[4..6].copy_from_slice(&misc.to_ne_bytes());
+        assert!(expect_sample(&rec, false).0.in_kernel);
     }
 
     #[test]

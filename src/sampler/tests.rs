@@ -11,9 +11,12 @@ struct Spinner(Child);
 
 impl Spinner {
     fn start() -> Spinner {
+        Spinner::shell("while :; do :; done")
+    }
+    fn shell(script: &str) -> Spinner {
         Spinner(
             Command::new("sh")
-                .args(["-c", "while :; do :; done"])
+                .args(["-c", script])
                 .spawn()
                 .expect("spawn sh"),
         )
@@ -274,6 +277,33 @@ fn kernel_callchains_when_requested() {
     // A shell loop runs in user mode: kernel frames are rare, but samples must still flow.
     assert!(total > 0);
     eprintln!("kernel callchains: {with_kernel} of {total} samples");
+}
+
+#[test]
+fn time_in_system_calls_is_sampled_and_marked() {
+    // dd copying 1 MiB blocks from /dev/zero spends nearly all its time in read(2)/write(2).
+    let child = Spinner::shell("exec dd if=/dev/zero of=/dev/null bs=1M count=100000000");
+    let mut sampler = Sampler::open(child.pid(), &config(999, 512)).unwrap();
+    let (mut in_kernel, mut total) = (0, 0);
+    let end = Instant::now() + Duration::from_millis(700);
+    while Instant::now() < end {
+        sampler
+            .poll(Duration::from_millis(50), &mut |s| {
+                total += 1;
+                in_kernel += u32::from(s.in_kernel);
+            })
+            .unwrap();
+    }
+    assert!(total > 50, "only {total} samples");
+    if sampler.samples_kernel_time() {
+        assert!(
+            2 * in_kernel > total,
+            "{in_kernel} of {total} samples in the kernel"
+        );
+    } else {
+        eprintln!("kernel time not permitted here: perf_event_paranoid");
+        assert_eq!(in_kernel, 0);
+    }
 }
 
 #[test]
