@@ -90,3 +90,13 @@ pub fn many_classpath() -> String {
         out.join("many-classes").display()
     )
 }
+
+/// utime + stime of a whole process (its exited threads included), from `/proc/<pid>/stat`
+/// (USER_HZ = 100 on Linux).
+pub fn proc_cpu_secs(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let utime: f64 = fields.next()?.parse().ok()?;
+    let stime: f64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}

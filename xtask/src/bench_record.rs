@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, ensure, Context, Result};
 
-use crate::bench_jvm::{self, BenchJvm};
+use crate::bench_jvm::{self, proc_cpu_secs, BenchJvm};
 use crate::jdk;
 
 const ROUNDS: usize = 5;
@@ -153,15 +153,6 @@ impl Target {
 fn wall_ns(t: SystemTime) -> i128 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i128)
-}
-
-/// utime + stime of a whole process, from `/proc/<pid>/stat` (USER_HZ = 100 on Linux).
-fn proc_cpu_secs(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
-    let utime: f64 = fields.next()?.parse().ok()?;
-    let stime: f64 = fields.next()?.parse().ok()?;
-    Some((utime + stime) / 100.0)
 }
 
 #[repr(C)]

@@ -80,15 +80,6 @@ fn parse_status(line: &str, target_cpu_s: f64) -> Option<Status> {
     })
 }
 
-/// utime + stime of the whole process (its exited threads included), in seconds (USER_HZ = 100).
-fn process_cpu_secs(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
-    let utime: f64 = fields.next()?.parse().ok()?;
-    let stime: f64 = fields.next()?.parse().ok()?;
-    Some((utime + stime) / 100.0)
-}
-
 fn mean(v: &[u64]) -> f64 {
     v.iter().sum::<u64>() as f64 / v.len().max(1) as f64
 }
@@ -156,7 +147,7 @@ fn record(jvmperf: &Path, args: &Args, pid: u32, out: &Path) -> Result<Vec<Statu
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         match lines.recv_timeout(left) {
             Ok(line) => {
-                let cpu = process_cpu_secs(pid).unwrap_or(f64::NAN);
+                let cpu = bench_jvm::proc_cpu_secs(pid).unwrap_or(f64::NAN);
                 match parse_status(&line, cpu) {
                     Some(s) => {
                         print_row(&s, rows.last(), args.hz);
