@@ -20,7 +20,7 @@ import time
 
 KINDS = {1: "HELLO", 2: "METHOD", 3: "NMETHOD_LOAD", 4: "NMETHOD_UNLOAD", 5: "CODE_BLOB", 6: "THREAD_START",
          7: "THREAD_END", 8: "DROPPED", 9: "REPLAY_DONE", 10: "RETRANSFORM_DONE", 11: "STATS",
-         12: "METHODS_FORGOTTEN"}
+         12: "METHODS_FORGOTTEN", 13: "BUSY"}
 STATS_FIELDS = ["total_bytes", "queue_capacity", "queue_used", "queue_high_water", "sent_method_ids",
                 "sent_ids_bytes", "command_buffer_bytes", "write_buffer_bytes", "methods_forgotten"]
 MAX_LEN = 16 << 20
@@ -88,6 +88,8 @@ def decode(kind, r):
         rec = dict(version=r.u32(), **{f: r.u64() for f in STATS_FIELDS})
     elif kind == 12:
         rec = {}
+    elif kind == 13:
+        rec = dict(version=r.u32(), daemon_pid=r.u32())
     else:
         return None
     r.done()

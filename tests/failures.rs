@@ -1,8 +1,8 @@
 //! Failure modes of `jvmperf record` against real JDK 17 JVMs running `bench.Throughput`: a full
 //! disk on the output path, another user's JVM, a JVM of our own user as non-root, SIGINT, SIGKILL
-//! and a shim taken over by a second recording. Each checks the message and exit code, that what
-//! was sampled is kept, and that the target is alive, was never sent a stray SIGQUIT, and runs as
-//! fast afterwards as before.
+//! and a second recording while one runs (refused). Each checks the message and exit code, that
+//! what was sampled is kept, and that the target is alive, was never sent a stray SIGQUIT, and runs
+//! as fast afterwards as before.
 
 mod common;
 
@@ -423,34 +423,47 @@ fn sigint_writes_the_partial_profile_and_sigkill_leaves_the_jvm_clean() {
 }
 
 #[test]
-fn a_shim_taken_over_by_another_recording_keeps_what_was_collected() {
+fn a_second_recording_is_refused_while_the_first_runs_and_works_after_it() {
     let _serial = serial();
-    let scratch = Scratch::new("takeover");
+    let scratch = Scratch::new("busy");
     let (jvm, before) = throughput_jvm();
+    let pid = jvm.pid.to_string();
+    let record =
+        |out: &Path| run_jvmperf(&["record", "-p", &pid, "-d", "2", "-F", "199", "-o", s(out)]);
     let first = scratch.path("first.collapsed");
     let child = record_in_background(&jvm, &first);
-    // The shim serves one daemon: a second recording disconnects the first.
+
+    // The shim serves one jvmperf at a time: the others are told who has it, before sampling.
+    let refused = format!(
+        "jvmperf: error: another jvmperf (pid {}) is already profiling JVM {pid}; wait for it to finish or stop it",
+        child.id()
+    );
     let second = scratch.path("second.collapsed");
-    let res = run_jvmperf(&[
-        "record",
-        "-p",
-        &jvm.pid.to_string(),
-        "-d",
-        "2",
-        "-F",
-        "199",
-        "-o",
-        s(&second),
-    ]);
-    assert!(res.status.success(), "{}", stderr_of(&res));
-    assert_throughput_stacks(&second);
+    let res = record(&second);
+    assert_eq!(res.status.code(), Some(5), "{}", stderr_of(&res));
+    assert_eq!(stderr_of(&res).trim_end(), refused);
+    assert!(!second.exists(), "the refused recording wrote a file");
+    let res = run_jvmperf(&["jitmap", "-p", &pid, "-o", "/dev/null"]);
+    assert_eq!(res.status.code(), Some(5), "{}", stderr_of(&res));
+    assert_eq!(stderr_of(&res).trim_end(), refused);
+
+    // The first one never noticed.
+    std::thread::sleep(Duration::from_secs(1));
+    signal(&child, nix::sys::signal::Signal::SIGINT);
     let res = finish(child, Duration::from_secs(30));
     let err = stderr_of(&res);
     assert!(res.status.success(), "{err}");
     assert!(
-        err.contains("recording ended early: the shim closed its connection"),
+        err.contains(&format!("written to {}", first.display())),
         "{err}"
     );
+    assert!(!err.contains("ended early"), "{err}");
     assert_throughput_stacks(&first);
-    assert_unharmed(&jvm, before, "shim taken over");
+
+    // Once it is done, the JVM is free for the next one.
+    let again = scratch.path("again.collapsed");
+    let res = record(&again);
+    assert!(res.status.success(), "{}", stderr_of(&res));
+    assert_throughput_stacks(&again);
+    assert_unharmed(&jvm, before, "second recording refused");
 }

@@ -3,7 +3,8 @@
  * Unix socket. The wire format and lifecycle are specified in ../PROTOCOL.md.
  *
  * Threads:
- *  - the Attach Listener runs Agent_OnAttach, which only records the socket path and starts the shim thread;
+ *  - the Attach Listener runs Agent_OnAttach, which connects to the new daemon (non-blocking) and starts the
+ *    shim thread, or, while the current daemon is still connected, sends the new one BUSY and leaves;
  *  - JVM threads post live events: they encode records and push them into a bounded byte ring (never waiting);
  *  - the shim thread owns the socket: HELLO, the GenerateEvents replay (written straight to the socket),
  *    draining the ring, and daemon commands.
@@ -57,6 +58,7 @@ enum {
     K_RETRANSFORM_DONE = 10,
     K_STATS = 11,
     K_METHODS_FORGOTTEN = 12,
+    K_BUSY = 13,
     K_RETRANSFORM = 100,
     K_FORGET_METHODS = 101,
 };
@@ -74,6 +76,7 @@ enum {
 #define MAX_SENT_IDS (1u << 17)
 #endif
 #define STATS_VERSION 1
+#define BUSY_VERSION 1
 #define DROPPED_INTERVAL_NS 100000000ull
 #define STATS_INTERVAL_NS 1000000000ull
 #define POLL_MS 10
@@ -181,9 +184,16 @@ static void frame_end(struct buf *b, size_t off) {
 static JavaVM *g_vm;
 static jvmtiEnv *g_jvmti;
 
+/* A connection to a daemon and the pid the daemon gave in its options (in its own pid namespace). */
+struct daemon {
+    int fd;
+    uint32_t pid;
+};
+
 /* Attach requests and the shim thread's life; guarded by g_ctl. */
 static pthread_mutex_t g_ctl = PTHREAD_MUTEX_INITIALIZER;
-static char g_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+static struct daemon g_next = {-1, 0}; /* accepted by the latest attach, not yet taken by the shim thread */
+static struct daemon g_conn = {-1, 0}; /* served by the shim thread; closed only after fd is reset here */
 static uint32_t g_attach_count;
 static int g_thread_running;
 static int g_live;       /* live phase reached (Agent_OnLoad waits for VMInit) */
@@ -1074,29 +1084,52 @@ static int connect_unix(const char *path) {
     memset(&sa, 0, sizeof sa);
     sa.sun_family = AF_UNIX;
     memcpy(sa.sun_path, path, strlen(path)); /* length checked by parse_options */
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* Non-blocking: a daemon that does not accept (full backlog) fails the attach instead of stalling it. */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return -1;
-    int rc;
-    do
-        rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
-    while (rc < 0 && errno == EINTR);
-    if (rc < 0) {
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
         close(fd);
         return -1;
     }
     return fd;
 }
 
-static void run_session(JNIEnv *jni, const char *path, uint32_t attach_count) {
+/* The daemon at the other end of fd is still there: no hang-up or error on the socket. A daemon that exited
+ * or was killed has had its end closed by the kernel. Never waits. */
+static int daemon_alive(int fd) {
+    if (fd < 0)
+        return 0;
+    struct pollfd pfd = {.fd = fd, .events = POLLRDHUP};
+    int pr;
+    do
+        pr = poll(&pfd, 1, 0);
+    while (pr < 0 && errno == EINTR);
+    return pr == 0 || (pr > 0 && !(pfd.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL)));
+}
+
+/* Tells the daemon listening at path that the shim serves another one (owner_pid) and hangs up. Never waits: if
+ * the record does not fit in the socket right away, that daemon times out instead. */
+static void send_busy(const char *path, uint32_t owner_pid) {
     int fd = connect_unix(path);
     if (fd < 0)
         return;
+    struct buf b = {0};
+    size_t off = frame_begin(&b, K_BUSY);
+    put_u32(&b, BUSY_VERSION);
+    put_u32(&b, owner_pid);
+    frame_end(&b, off);
+    if (!b.bad)
+        (void)!send(fd, b.p, b.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    free(b.p);
+    close(fd);
+}
+
+/* Serves the daemon connected on fd (g_conn) until it goes away or a new attach replaces it, then closes fd. */
+static void run_session(JNIEnv *jni, int fd, uint32_t attach_count) {
     uint8_t *ring = malloc(QUEUE_CAP);
-    if (!ring) {
-        close(fd);
-        return;
-    }
+    if (!ring)
+        goto out;
     pthread_mutex_lock(&g_q);
     Q.ring = ring;
     Q.head = Q.tail = Q.high_water = 0;
@@ -1146,8 +1179,12 @@ static void run_session(JNIEnv *jni, const char *path, uint32_t attach_count) {
     free(ids);
     free(rx.p);
     g_out_len = 0;
-    close(fd);
     g_fd = -1;
+out:
+    pthread_mutex_lock(&g_ctl);
+    g_conn.fd = -1; /* before close: Agent_OnAttach polls it under g_ctl */
+    pthread_mutex_unlock(&g_ctl);
+    close(fd);
 }
 
 static void *shim_main(void *arg) {
@@ -1157,20 +1194,23 @@ static void *shim_main(void *arg) {
     prctl(PR_SET_NAME, "jvmperf-shim", 0, 0, 0); /* else it keeps the Attach Listener's comm */
     int attached = (*g_vm)->AttachCurrentThreadAsDaemon(g_vm, (void **)&jni, &args) == JNI_OK && jni;
     for (;;) {
-        char path[sizeof g_path];
-        uint32_t count;
         pthread_mutex_lock(&g_ctl);
         if (!attached || !atomic_load(&g_pending)) {
+            if (g_next.fd >= 0)
+                close(g_next.fd);
+            g_next.fd = -1;
             atomic_store(&g_pending, 0);
             g_thread_running = 0;
             pthread_mutex_unlock(&g_ctl);
             break;
         }
         atomic_store(&g_pending, 0);
-        memcpy(path, g_path, sizeof path);
-        count = g_attach_count;
+        int fd = g_next.fd;
+        g_conn = g_next;
+        g_next.fd = -1;
+        uint32_t count = g_attach_count;
         pthread_mutex_unlock(&g_ctl);
-        run_session(jni, path, count);
+        run_session(jni, fd, count);
     }
     if (attached)
         (*g_vm)->DetachCurrentThread(g_vm);
@@ -1239,8 +1279,9 @@ static int init_env(JavaVM *vm, int onload) {
     return 0;
 }
 
-/* options: "<absolute socket path>[,key=value...]"; unknown keys are ignored. */
-static int parse_options(const char *options, char *path, size_t cap) {
+/* options: "<absolute socket path>[,key=value...]"; daemon_pid=N is the daemon's pid (named in BUSY),
+ * unknown keys are ignored. */
+static int parse_options(const char *options, char *path, size_t cap, uint32_t *daemon_pid) {
     if (!options || options[0] != '/')
         return -1;
     size_t n = strcspn(options, ",");
@@ -1248,25 +1289,50 @@ static int parse_options(const char *options, char *path, size_t cap) {
         return -1;
     memcpy(path, options, n);
     path[n] = 0;
+    *daemon_pid = 0;
+    for (const char *kv = options + n; *kv == ','; kv += strcspn(kv + 1, ",") + 1)
+        if (strncmp(kv + 1, "daemon_pid=", 11) == 0)
+            *daemon_pid = (uint32_t)strtoul(kv + 12, NULL, 10);
     return 0;
 }
 
+/* The daemon the shim is serving or about to serve, if it is still connected; caller holds g_ctl. */
+static const struct daemon *current_daemon(void) {
+    if (daemon_alive(g_next.fd))
+        return &g_next;
+    return daemon_alive(g_conn.fd) ? &g_conn : NULL;
+}
+
+/* Runs on the Attach Listener (or the main thread for Agent_OnLoad): only non-blocking socket calls. */
 static jint start(JavaVM *vm, const char *options, int onload) {
-    char path[sizeof g_path];
-    if (!vm || parse_options(options, path, sizeof path) != 0)
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    uint32_t daemon_pid;
+    if (!vm || parse_options(options, path, sizeof path, &daemon_pid) != 0)
         return JNI_ERR;
     pthread_mutex_lock(&g_ctl);
     int rc = init_env(vm, onload);
-    if (rc == 0) {
-        if (!onload)
-            g_live = 1;
-        memcpy(g_path, path, sizeof g_path);
-        g_attach_count++;
-        atomic_store(&g_pending, 1);
-        if (g_live && start_thread() != 0) {
-            g_attach_count--;
-            atomic_store(&g_pending, 0);
+    const struct daemon *owner = rc == 0 ? current_daemon() : NULL;
+    if (owner) {
+        send_busy(path, owner->pid); /* the current recording goes on untouched */
+    } else if (rc == 0) {
+        int fd = connect_unix(path);
+        if (fd < 0) {
             rc = -1;
+        } else {
+            if (!onload)
+                g_live = 1;
+            if (g_next.fd >= 0)
+                close(g_next.fd); /* its daemon went away before the shim thread took it */
+            g_next = (struct daemon){fd, daemon_pid};
+            g_attach_count++;
+            atomic_store(&g_pending, 1); /* a session with a daemon that went away ends */
+            if (g_live && start_thread() != 0) {
+                close(fd);
+                g_next.fd = -1;
+                g_attach_count--;
+                atomic_store(&g_pending, 0);
+                rc = -1;
+            }
         }
     }
     if (rc != 0 && !g_ever_ok && g_jvmti) {

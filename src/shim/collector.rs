@@ -92,7 +92,7 @@ impl JitState {
                 self.methods_forgotten += 1;
                 self.methods_kept = self.code.method_count();
             }
-            Record::Hello(_) | Record::Unknown(_) => {}
+            Record::Hello(_) | Record::Busy { .. } | Record::Unknown(_) => {}
         }
     }
 }

@@ -18,6 +18,7 @@ pub const KIND_REPLAY_DONE: u16 = 9;
 pub const KIND_RETRANSFORM_DONE: u16 = 10;
 pub const KIND_STATS: u16 = 11;
 pub const KIND_METHODS_FORGOTTEN: u16 = 12;
+pub const KIND_BUSY: u16 = 13;
 pub const KIND_RETRANSFORM: u16 = 100;
 pub const KIND_FORGET_METHODS: u16 = 101;
 
@@ -115,6 +116,13 @@ pub enum Record {
     Stats(ShimStats),
     /// The shim cleared its set of sent method ids: later loads resend the METHODs they refer to.
     MethodsForgotten,
+    /// The shim serves another daemon, still connected, and refused this one (the only record it
+    /// sends then). `version` 1 fields; later versions append more, ignored here.
+    Busy {
+        version: u32,
+        /// The other daemon's pid, as it gave it in its agent options (0 if it gave none).
+        daemon_pid: u32,
+    },
     /// A kind this daemon does not know (a newer shim); skipped.
     Unknown(u16),
 }
@@ -302,6 +310,10 @@ pub fn decode_frame(body: &[u8]) -> Result<Frame, ProtocolError> {
             methods_forgotten: c.u64()?,
         }),
         KIND_METHODS_FORGOTTEN => Record::MethodsForgotten,
+        KIND_BUSY => Record::Busy {
+            version: c.u32()?,
+            daemon_pid: c.u32()?,
+        },
         other => Record::Unknown(other),
     };
     Ok(Frame { time, record })
@@ -321,6 +333,7 @@ fn kind_name(kind: u16) -> &'static str {
         KIND_RETRANSFORM_DONE => "RETRANSFORM_DONE",
         KIND_STATS => "STATS",
         KIND_METHODS_FORGOTTEN => "METHODS_FORGOTTEN",
+        KIND_BUSY => "BUSY",
         _ => "unknown",
     }
 }
@@ -421,6 +434,28 @@ mod tests {
             Record::MethodsForgotten
         );
         assert_eq!(encode_forget_methods(0).len(), 4 + HEADER_LEN);
+    }
+
+    #[test]
+    fn busy_names_the_other_daemon_and_tolerates_appended_fields() {
+        let mut p = 1u32.to_le_bytes().to_vec();
+        p.extend_from_slice(&4242u32.to_le_bytes());
+        let short = encode_frame(KIND_BUSY, 5, &p[..p.len() - 1]);
+        let e = decode_frame(&short[4..]).unwrap_err();
+        assert!(e.0.contains("BUSY record is truncated"), "{e}");
+        p.extend_from_slice(b"from a later version");
+        let frame = encode_frame(KIND_BUSY, 5, &p);
+        let body = first_frame(&frame).unwrap().unwrap();
+        assert_eq!(
+            decode_frame(body).unwrap(),
+            Frame {
+                time: 5,
+                record: Record::Busy {
+                    version: 1,
+                    daemon_pid: 4242
+                }
+            }
+        );
     }
 
     #[test]

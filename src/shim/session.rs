@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 /// How long the shim has to connect back after `load` returned.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a JVM whose shim hung up may take to be gone before we say it is still running.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
 
 pub struct ShimSession {
     stream: UnixStream,
@@ -26,6 +28,8 @@ pub struct ShimSession {
     pub hello: Hello,
     socket_path: PathBuf,
     pub attach_duration: Duration,
+    /// The target, to tell a JVM that exited from a shim that hung up.
+    process: TargetProcess,
 }
 
 impl ShimSession {
@@ -51,7 +55,9 @@ impl ShimSession {
         })?;
         let cleanup = SocketFile(outer_sock.clone());
         dir.hand_over_path(&outer_sock)?;
-        attach::load_agent(process, &lib, &inner_sock)?;
+        // daemon_pid: the shim names us to a jvmperf it refuses while we record (BUSY).
+        let options = format!("{inner_sock},daemon_pid={}", std::process::id());
+        attach::load_agent(process, &lib, &options)?;
         let stream = accept_from(&listener, process)?;
         drop(listener);
         std::mem::forget(cleanup);
@@ -71,6 +77,7 @@ impl ShimSession {
             },
             socket_path: outer_sock,
             attach_duration: Duration::ZERO,
+            process: process.clone(),
         };
         match session.next(CONNECT_TIMEOUT)? {
             Some(Frame {
@@ -86,6 +93,18 @@ impl ShimSession {
                     format!(
                         "the shim in JVM {} speaks protocol {} (this jvmperf speaks {}); restart the JVM to load this version",
                         process.pid, h.protocol_version, protocol::PROTOCOL_VERSION
+                    ),
+                )
+            }
+            Some(Frame {
+                record: Record::Busy { daemon_pid, .. },
+                ..
+            }) => {
+                return err(
+                    ErrorKind::Attach,
+                    format!(
+                        "another jvmperf (pid {daemon_pid}) is already profiling JVM {}; wait for it to finish or stop it",
+                        process.pid
                     ),
                 )
             }
@@ -128,12 +147,7 @@ impl ShimSession {
                 .map_err(|e| Error::new(ErrorKind::Shim, e.to_string()))?;
             let mut chunk = [0u8; 1 << 16];
             match self.stream.read(&mut chunk) {
-                Ok(0) => {
-                    return err(
-                        ErrorKind::Shim,
-                        "the shim closed its connection (did the JVM exit?)",
-                    )
-                }
+                Ok(0) => return err(ErrorKind::Shim, self.hang_up_reason()),
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
                 Err(e) if matches!(e.kind(), IoKind::WouldBlock | IoKind::TimedOut) => {
                     return Ok(None)
@@ -142,6 +156,22 @@ impl ShimSession {
                 Err(e) => return err(ErrorKind::Shim, format!("reading from the shim: {e}")),
             }
         }
+    }
+
+    /// Why the connection closed: the JVM exited (its sockets close a moment before it is gone), or
+    /// its shim stopped serving us while it keeps running.
+    fn hang_up_reason(&self) -> String {
+        let pid = self.process.pid;
+        let deadline = Instant::now() + EXIT_GRACE;
+        while self.process.is_alive() {
+            if Instant::now() >= deadline {
+                return format!(
+                    "the shim in JVM {pid} closed its connection while the JVM is still running (the JVM's output may say why)"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        format!("JVM {pid} exited")
     }
 
     pub fn send(&mut self, frame: &[u8]) -> Result<()> {
