@@ -11,6 +11,7 @@ use crate::profile::{Frame, FrameId, FrameKind, Profile, Sample};
 use crate::sampler::{Sampler, SamplerConfig, SamplerStats};
 use crate::shim::protocol::{self, ShimStats};
 use crate::symbolize::Symbolizer;
+use crate::target::TargetProcess;
 use crate::unwind::{RawFrame, StackWalker};
 use foldhash::HashMap;
 use std::io::IsTerminal;
@@ -219,9 +220,9 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         signal_hook::flag::register(sig, stop.clone())
             .map_err(|e| Error::new(ErrorKind::Internal, format!("cannot handle signals: {e}")))?;
     }
-    let mut live = LiveJvm::attach(opts.pid)?;
-    let native = NativeUnwinder::new(&live.process)?;
-    let mut walker = StackWalker::new(&live.hotspot, native);
+    // Permissions first: a user who may not read or sample the JVM is told why before anything
+    // is loaded into it. The perf events stay off until the attach is done.
+    TargetProcess::open(opts.pid)?.maps()?;
     let mut sampler = Sampler::open(
         opts.pid,
         &SamplerConfig {
@@ -231,6 +232,11 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             ..Default::default()
         },
     )?;
+    sampler.disable();
+    let mut live = LiveJvm::attach(opts.pid)?;
+    let native = NativeUnwinder::new(&live.process)?;
+    let mut walker = StackWalker::new(&live.hotspot, native);
+    sampler.enable();
     let started = Instant::now();
     let start_ns = crate::profile::monotonic_now_ns();
     let progress = std::io::stderr().is_terminal();
