@@ -132,7 +132,7 @@ impl Named {
         before: u64,
         symbolizer: &mut Symbolizer,
         code: &CodeMap,
-        native: &mut NativeUnwinder,
+        walker: &mut StackWalker,
     ) {
         let mut leaf_first: Vec<FrameId> = Vec::new();
         for s in collected.samples.iter().filter(|s| s.time < before) {
@@ -155,7 +155,7 @@ impl Named {
                 }
             }
             for f in raw {
-                symbolizer.frames(&mut self.profile, code, native, f, s.time, &mut leaf_first);
+                symbolizer.frames(&mut self.profile, code, walker, f, s.time, &mut leaf_first);
             }
             leaf_first.reverse();
             let stack = self.profile.intern_stack_slice(&leaf_first);
@@ -291,7 +291,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
                 before,
                 symbolizer,
                 &live.state.code,
-                &mut walker.native,
+                &mut walker,
             );
             last_naming = Instant::now();
             if let Err(e) = live.trim(before) {
@@ -358,7 +358,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         u64::MAX,
         &mut symbolizer,
         &live.state.code,
-        &mut walker.native,
+        &mut walker,
     );
     if named.count == 0 {
         return Err(Error::new(

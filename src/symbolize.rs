@@ -9,7 +9,7 @@ use crate::java_names::class_name;
 use crate::native::{KernelSymbols, NativeSymbolizer, NativeUnwinder};
 use crate::profile::{Frame, FrameId, FrameKind, Profile};
 use crate::target::ProcessMemory;
-use crate::unwind::RawFrame;
+use crate::unwind::{RawFrame, StackWalker};
 use foldhash::HashMap;
 use nix::time::{clock_gettime, ClockId};
 use std::time::Duration;
@@ -23,7 +23,8 @@ pub struct Symbolizer {
     method_cache: HashMap<u64, Option<MethodName>>,
     /// Frames by (code entry start, its load time, pc): one entry per version of the code.
     compiled_cache: HashMap<(u64, u64, u64), Vec<FrameId>>,
-    interpreted_cache: HashMap<(u64, i32), FrameId>,
+    /// By (`Method*`, bci, version of its name in the walker's [`MethodNames`]).
+    interpreted_cache: HashMap<(u64, i32, u32), FrameId>,
     native_cache: HashMap<(u64, bool), Vec<FrameId>>,
     kernel_cache: HashMap<u64, FrameId>,
     /// Compiled frames whose code was unknown to the code map (resolved through `Method*`).
@@ -53,6 +54,35 @@ fn java_frame(
     }
 }
 
+/// A Java frame from a method read through VMStructs; unknown methods share one name (their
+/// `Method*` may be gone or reused), so they cannot multiply distinct stacks.
+fn frame_from_method(method: Option<&MethodName>, bci: i32, kind: FrameKind) -> Frame {
+    let Some(m) = method else {
+        return Frame {
+            bci: Some(bci),
+            ..Frame::named("[unknown Method*]", kind)
+        };
+    };
+    let line = if bci >= 0 {
+        m.lines
+            .iter()
+            .filter(|l| i64::from(l.0) <= i64::from(bci))
+            .max_by_key(|l| l.0)
+            .map(|l| l.1)
+    } else {
+        None
+    };
+    java_frame(
+        format!("{}.{}", class_name(&m.class), m.name),
+        kind,
+        &m.signature,
+        "",
+        line,
+        bci,
+        m.lines.iter().min_by_key(|l| l.0).map(|l| l.1),
+    )
+}
+
 /// Start loading the debug info of the big native modules (libjvm's is ~150 MB of compressed
 /// DWARF, seconds to load) on a thread of its own, so sampling never waits for it. The thread
 /// reports the CPU time it took: a one-off cost, apart from the per-sample work.
@@ -66,6 +96,9 @@ pub fn warm_native_symbols(
         .find(|m| m.name == "libjvm.so")
         .cloned();
     std::thread::spawn(move || {
+        // Below the thread that drains the ring buffers: they hold only ~50 ms of samples.
+        // SAFETY: setpriority on this thread's own tid has no memory effects.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
         let mut symbols = NativeSymbolizer::new();
         if let Some(m) = libjvm {
             symbols.symbolize(&m, m.start, false);
@@ -107,43 +140,19 @@ impl Symbolizer {
             .as_ref()
     }
 
+    /// A compiled frame the code map could not name, named through its `Method*` now.
     fn frame_from_method_ptr(&mut self, method: u64, bci: i32, kind: FrameKind) -> Frame {
-        match self.method_by_ptr(method) {
-            Some(m) => {
-                let line = if bci >= 0 {
-                    m.lines
-                        .iter()
-                        .filter(|l| l.0 as i64 <= bci as i64)
-                        .max_by_key(|l| l.0)
-                        .map(|l| l.1)
-                } else {
-                    None
-                };
-                java_frame(
-                    format!("{}.{}", class_name(&m.class), m.name),
-                    kind,
-                    &m.signature.clone(),
-                    "",
-                    line,
-                    bci,
-                    m.lines.iter().min_by_key(|l| l.0).map(|l| l.1),
-                )
-            }
-            None => Frame {
-                bci: Some(bci),
-                ..Frame::named(format!("[unknown Method* {method:#x}]"), kind)
-            },
-        }
+        frame_from_method(self.method_by_ptr(method), bci, kind)
     }
 
     /// Interns the frames (leaf first) of one raw frame of a sample taken at `time` into `profile`,
-    /// resolving compiled code against `code` and native code against `native`'s modules. Names
+    /// resolving compiled code against `code` and native code against the walker's modules. Names
     /// are built once per distinct code version and address; a sample costs hash lookups.
     pub fn frames(
         &mut self,
         profile: &mut Profile,
         code: &CodeMap,
-        native: &mut NativeUnwinder,
+        walker: &mut StackWalker,
         raw: &RawFrame,
         time: u64,
         out: &mut Vec<FrameId>,
@@ -163,12 +172,17 @@ impl Symbolizer {
                 }
             }
             RawFrame::Interpreted { method, bci } => {
-                let id = match self.interpreted_cache.get(&(method, bci)) {
+                let named = walker.method_names.get(method);
+                let key = (method, bci, named.map_or(u32::MAX, |(_, version)| version));
+                let id = match self.interpreted_cache.get(&key) {
                     Some(&id) => id,
                     None => {
-                        let frame = self.frame_from_method_ptr(method, bci, FrameKind::Interpreted);
+                        let frame = match named {
+                            Some((name, _)) => frame_from_method(name, bci, FrameKind::Interpreted),
+                            None => self.frame_from_method_ptr(method, bci, FrameKind::Interpreted),
+                        };
                         let id = profile.intern_frame(frame);
-                        self.interpreted_cache.insert((method, bci), id);
+                        self.interpreted_cache.insert(key, id);
                         id
                     }
                 };
@@ -187,7 +201,7 @@ impl Symbolizer {
                     out.extend_from_slice(cached);
                     return;
                 }
-                let frames: Vec<Frame> = match native.module_for(pc) {
+                let frames: Vec<Frame> = match walker.native.module_for(pc) {
                     Some(module) => self
                         .native_symbols
                         .symbolize(&module, pc, return_address)

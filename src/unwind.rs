@@ -3,7 +3,7 @@
 //! Java transitions work in both directions. x86_64 only. Layout facts: hotspot-notes §3.
 
 use crate::hotspot::codecache::{BlobInfo, BlobKind, CodeCache};
-use crate::hotspot::method::MethodLayout;
+use crate::hotspot::method::{MethodLayout, MethodNames};
 use crate::hotspot::HotSpot;
 use crate::native::{NativeRegs, NativeUnwinder, StepOutcome};
 use crate::sampler::Regs;
@@ -97,6 +97,8 @@ pub struct StackWalker {
     /// return addresses recur in almost every sample.
     pc_blobs: HashMap<u64, Option<u64>>,
     call_stub_return: u64,
+    /// Interpreted methods, named while alive.
+    pub method_names: MethodNames,
 }
 
 impl StackWalker {
@@ -114,6 +116,7 @@ impl StackWalker {
             blobs: HashMap::default(),
             pc_blobs: HashMap::default(),
             call_stub_return,
+            method_names: MethodNames::default(),
         }
     }
 
@@ -327,6 +330,13 @@ impl StackWalker {
         })
     }
 
+    fn note_method(&mut self, method: u64, code_start: u64) {
+        if let Some(layout) = &self.methods {
+            self.method_names
+                .note(layout, &self.mem, method, code_start);
+        }
+    }
+
     fn interpreted_step(
         &mut self,
         r: NativeRegs,
@@ -350,7 +360,8 @@ impl StackWalker {
             (bci < u64::from(size)).then_some(bci as i32)
         };
         match (method, code) {
-            (Some(method), Some(_)) => {
+            (Some(method), Some((start, _))) => {
+                self.note_method(method, start);
                 // The top frame's live bcp is in r13; callers saved theirs in the frame.
                 let bci = if first { bci_of(regs.r13) } else { None }
                     .or_else(|| rd(slot(INTERP_BCP)).ok().and_then(bci_of))
@@ -367,9 +378,11 @@ impl StackWalker {
                 let entry = self
                     .methods
                     .as_ref()
-                    .and_then(|l| l.code_start(&self.mem, regs.bx))
-                    .is_some();
-                out.push(if entry {
+                    .and_then(|l| l.code_start(&self.mem, regs.bx));
+                if let Some((start, _)) = entry {
+                    self.note_method(regs.bx, start);
+                }
+                out.push(if entry.is_some() {
                     RawFrame::Interpreted {
                         method: regs.bx,
                         bci: 0,

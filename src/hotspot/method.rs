@@ -3,6 +3,7 @@
 
 use super::vmstructs::VmStructs;
 use crate::target::TargetMemory;
+use foldhash::HashMap;
 
 const MAX_SYMBOL: u64 = 1 << 16;
 const MAX_LINE_ENTRIES: usize = 1 << 16;
@@ -34,6 +35,51 @@ pub struct MethodName {
     pub code_size: u32,
     /// (start bci, line), ascending bci.
     pub lines: Vec<(u32, u32)>,
+}
+
+/// Names of `Method*`s read while the stack walker saw them live. Naming happens later, when a
+/// class may have been unloaded and its metadata freed or reused, so interpreted frames are named
+/// from here. An entry is re-read when the `Method*` shows another bytecode start (reused).
+#[derive(Default)]
+pub struct MethodNames {
+    by_ptr: HashMap<u64, MethodEntry>,
+}
+
+struct MethodEntry {
+    code_start: u64,
+    name: Option<MethodName>,
+    /// Bumped when the entry is re-read for a reused `Method*`.
+    version: u32,
+}
+
+impl MethodNames {
+    /// Makes sure `method`, whose bytecodes start at `code_start`, has its name read.
+    pub fn note(
+        &mut self,
+        layout: &MethodLayout,
+        mem: &dyn TargetMemory,
+        method: u64,
+        code_start: u64,
+    ) {
+        let version = match self.by_ptr.get(&method) {
+            Some(e) if e.code_start == code_start => return,
+            Some(e) => e.version.wrapping_add(1),
+            None => 0,
+        };
+        let entry = MethodEntry {
+            code_start,
+            name: layout.read(mem, method),
+            version,
+        };
+        self.by_ptr.insert(method, entry);
+    }
+
+    /// The name read for `method`, and its version (to key caches built from it).
+    pub fn get(&self, method: u64) -> Option<(Option<&MethodName>, u32)> {
+        self.by_ptr
+            .get(&method)
+            .map(|e| (e.name.as_ref(), e.version))
+    }
 }
 
 impl MethodLayout {
@@ -214,6 +260,25 @@ fn read_signed_unsigned5(bytes: &[u8], at: &mut usize, bias: u8) -> Option<i64> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hotspot::fixture_tests::fixture;
+
+    #[test]
+    fn method_names_are_read_once_and_again_when_the_method_pointer_is_reused() {
+        let (mem, symbols) = fixture();
+        let vs = VmStructs::read(&mem, &symbols).unwrap();
+        let layout = MethodLayout::discover(&vs).unwrap();
+        let mut names = MethodNames::default();
+        let method = 0x7f00_0000_1000;
+        assert!(names.get(method).is_none());
+        names.note(&layout, &mem, method, 0x10);
+        // Not in the snapshot: known as unreadable rather than read again per sample.
+        assert_eq!(names.get(method), Some((None, 0)));
+        names.note(&layout, &mem, method, 0x10);
+        assert_eq!(names.get(method), Some((None, 0)));
+        // Other bytecodes behind the same Method*: the class was unloaded and the memory reused.
+        names.note(&layout, &mem, method, 0x20);
+        assert_eq!(names.get(method), Some((None, 1)));
+    }
 
     #[test]
     fn compact_and_escaped_line_entries() {

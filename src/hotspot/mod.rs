@@ -74,7 +74,7 @@ impl HotSpot {
 }
 
 #[cfg(test)]
-mod fixture_tests {
+pub(crate) mod fixture_tests {
     //! VMStructs, the flag table and the code cache layout read from memory captured from a real
     //! JDK 17 (`cargo run --example capture_vmstructs`).
     use super::codecache::CodeCache;
@@ -84,7 +84,7 @@ mod fixture_tests {
     use crate::target::{SnapshotMemory, TargetMemory};
     use std::collections::HashMap;
 
-    fn fixture() -> (SnapshotMemory, HashMap<String, u64>) {
+    pub(crate) fn fixture() -> (SnapshotMemory, HashMap<String, u64>) {
         let mem =
             SnapshotMemory::from_bytes(include_bytes!("../../tests/fixtures/jdk17-vmstructs.mem"))
                 .expect("snapshot");
