@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, ensure, Context, Result};
 
-use crate::bench_jvm::{self, proc_cpu_secs, BenchJvm};
+use crate::bench_jvm::{self, proc_cpu_secs, thread_cpu_secs, BenchJvm};
 use crate::jdk;
 
 const ROUNDS: usize = 5;
@@ -48,6 +48,9 @@ struct Work {
     wall_ns: i128,
     jvm_cpu: f64,
     probe_cpu: Option<f64>,
+    /// CPU seconds of the probed process's main thread (jvmperf samples, walks and names there;
+    /// its debug-info loader is another thread).
+    probe_main_cpu: Option<f64>,
 }
 
 /// Work done between two WORK lines, and the CPU seconds used meanwhile.
@@ -56,6 +59,7 @@ struct Window {
     units: f64,
     jvm_cpu: f64,
     probe_cpu: f64,
+    probe_main_cpu: f64,
     wall_ns: (i128, i128),
 }
 
@@ -109,6 +113,7 @@ impl Target {
                         wall_ns: wall_ns(SystemTime::now()),
                         jvm_cpu,
                         probe_cpu: self.probe.and_then(proc_cpu_secs),
+                        probe_main_cpu: self.probe.and_then(|p| thread_cpu_secs(p, p)),
                     });
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
@@ -134,6 +139,10 @@ impl Target {
             units: (b.units - a.units) as f64,
             jvm_cpu: b.jvm_cpu - a.jvm_cpu,
             probe_cpu: match (a.probe_cpu, b.probe_cpu) {
+                (Some(x), Some(y)) => y - x,
+                _ => 0.0,
+            },
+            probe_main_cpu: match (a.probe_main_cpu, b.probe_main_cpu) {
                 (Some(x), Some(y)) => y - x,
                 _ => 0.0,
             },
@@ -539,17 +548,18 @@ fn measure(jvmperf: &Path, dir: &Path) -> Result<()> {
         med(&jp_costs, |c| c.jvm_lost_cpu / c.samples * 1e6),
         med(&jp_costs, |c| c.own_cpu / c.samples * 1e6),
     );
-    // The steady state without the one-off debug-info load (its thread runs during the window).
+    // The steady state: jvmperf's sampling thread only, without the one-off debug-info load
+    // (another thread, which overlaps the window).
     let steady: Vec<Cost> = jp
         .iter()
         .zip(&jp_costs)
         .map(|(r, c)| Cost {
-            own_cpu: (c.own_cpu - r.debug_info_cpu).max(0.0),
+            own_cpu: r.window.probe_main_cpu,
             ..*c
         })
         .collect();
     println!(
-        "record: jvmperf -F {FREQUENCY} without the one-off debug-info load ({} CPU-s per run): median {:.1} us/sample (runs: {}) (goal <= {GOAL_US:.0} us; ratio {:.2}); jvmperf CPU {:.1} us/sample",
+        "record: jvmperf -F {FREQUENCY} steady state (sampling thread only; the one-off debug-info load took {} CPU-s per run on its own thread): median {:.1} us/sample (runs: {}) (goal <= {GOAL_US:.0} us; ratio {:.2}); jvmperf CPU {:.1} us/sample",
         list(&jp.iter().map(|r| r.debug_info_cpu).collect::<Vec<_>>(), 2),
         med(&steady, Cost::micros),
         list(&steady.iter().map(Cost::micros).collect::<Vec<_>>(), 1),
