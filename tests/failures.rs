@@ -107,6 +107,12 @@ fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
 }
 
 /// An open-ended `jvmperf record` in the background, once it has attached and sampled a while.
+/// A 2 s recording at 199 Hz, waited for.
+fn record_briefly(jvm: &Jvm, out: &Path) -> Output {
+    let pid = jvm.pid.to_string();
+    run_jvmperf(&["record", "-p", &pid, "-d", "2", "-F", "199", "-o", s(out)])
+}
+
 fn record_in_background(jvm: &Jvm, out: &Path) -> Child {
     let child = jvmperf()
         .args([
@@ -406,17 +412,7 @@ fn sigint_writes_the_partial_profile_and_sigkill_leaves_the_jvm_clean() {
     assert_unharmed(&jvm, before, "SIGINT and SIGKILL");
 
     let again = scratch.path("again.collapsed");
-    let res = run_jvmperf(&[
-        "record",
-        "-p",
-        &jvm.pid.to_string(),
-        "-d",
-        "2",
-        "-F",
-        "199",
-        "-o",
-        s(&again),
-    ]);
+    let res = record_briefly(&jvm, &again);
     assert!(res.status.success(), "{}", stderr_of(&res));
     assert_throughput_stacks(&again);
     assert!(jvm.is_alive());
@@ -428,8 +424,6 @@ fn a_second_recording_is_refused_while_the_first_runs_and_works_after_it() {
     let scratch = Scratch::new("busy");
     let (jvm, before) = throughput_jvm();
     let pid = jvm.pid.to_string();
-    let record =
-        |out: &Path| run_jvmperf(&["record", "-p", &pid, "-d", "2", "-F", "199", "-o", s(out)]);
     let first = scratch.path("first.collapsed");
     let child = record_in_background(&jvm, &first);
 
@@ -439,7 +433,7 @@ fn a_second_recording_is_refused_while_the_first_runs_and_works_after_it() {
         child.id()
     );
     let second = scratch.path("second.collapsed");
-    let res = record(&second);
+    let res = record_briefly(&jvm, &second);
     assert_eq!(res.status.code(), Some(5), "{}", stderr_of(&res));
     assert_eq!(stderr_of(&res).trim_end(), refused);
     assert!(!second.exists(), "the refused recording wrote a file");
@@ -462,7 +456,7 @@ fn a_second_recording_is_refused_while_the_first_runs_and_works_after_it() {
 
     // Once it is done, the JVM is free for the next one.
     let again = scratch.path("again.collapsed");
-    let res = record(&again);
+    let res = record_briefly(&jvm, &again);
     assert!(res.status.success(), "{}", stderr_of(&res));
     assert_throughput_stacks(&again);
     assert_unharmed(&jvm, before, "second recording refused");
