@@ -125,7 +125,8 @@ impl Named {
         }
     }
 
-    /// Name every collected sample taken before `before` and drop it from `collected`.
+    /// Name the collected samples taken before `before` and drop them from `collected`, within
+    /// `budget` if given (the ring buffers must be drained meanwhile); true when all were named.
     fn take(
         &mut self,
         collected: &mut Collected,
@@ -133,9 +134,19 @@ impl Named {
         symbolizer: &mut Symbolizer,
         code: &CodeMap,
         walker: &mut StackWalker,
-    ) {
+        budget: Option<Duration>,
+    ) -> bool {
+        let deadline = budget.map(|b| Instant::now() + b);
+        let mut stopped_at = None;
         let mut leaf_first: Vec<FrameId> = Vec::new();
-        for s in collected.samples.iter().filter(|s| s.time < before) {
+        for (i, s) in collected.samples.iter().enumerate() {
+            if i % 64 == 63 && deadline.is_some_and(|d| Instant::now() >= d) {
+                stopped_at = Some(i + 1);
+                break;
+            }
+            if s.time >= before {
+                continue;
+            }
             leaf_first.clear();
             for ip in &s.kernel {
                 leaf_first.push(symbolizer.kernel_frame(&mut self.profile, *ip));
@@ -184,11 +195,20 @@ impl Named {
                 }),
             }
         }
-        collected.samples.retain(|s| s.time >= before);
-        collected.forget_named_stacks();
+        let named_up_to = stopped_at.unwrap_or(collected.samples.len());
+        let mut index = 0;
+        collected.samples.retain(|s| {
+            index += 1;
+            index > named_up_to || s.time >= before
+        });
         if let Some(spill) = self.spill.as_mut() {
             self.profile.samples.drain(..).for_each(|s| spill.push(&s));
         }
+        if stopped_at.is_some() {
+            return false;
+        }
+        collected.forget_named_stacks();
+        true
     }
 }
 
@@ -204,6 +224,9 @@ fn ready_symbolizer(
     symbolizer.debug_info_cpu = cpu;
     symbolizer
 }
+
+/// Naming work per turn of the sampling loop: the ring buffers hold ~50 ms of samples.
+const NAMING_SLICE: Duration = Duration::from_millis(15);
 
 /// How long a sample waits before it is named: the shim's load record for the code it hit may be
 /// a little behind.
@@ -249,6 +272,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
     let mut named = Named::new(spill);
     let mut last_status = Instant::now();
     let mut last_naming = Instant::now();
+    let mut naming_unfinished = false;
     let mut last_rescan = Instant::now();
     let mut known_threads = 0usize;
     let mut precise_requested = !opts.precise_inlining;
@@ -283,18 +307,25 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         }
         if let Some(symbolizer) = symbolizer
             .as_mut()
-            .filter(|_| last_naming.elapsed() > Duration::from_secs(1))
+            .filter(|_| naming_unfinished || last_naming.elapsed() > Duration::from_secs(1))
         {
             let before = crate::profile::monotonic_now_ns().saturating_sub(NAMING_DELAY_NS);
-            named.take(
+            naming_unfinished = !named.take(
                 &mut collected,
                 before,
                 symbolizer,
                 &live.state.code,
                 &mut walker,
+                Some(NAMING_SLICE),
             );
             last_naming = Instant::now();
-            if let Err(e) = live.trim(before) {
+            // Code may be forgotten only once every sample that could need it was named.
+            let trimmed = if naming_unfinished {
+                Ok(())
+            } else {
+                live.trim(before)
+            };
+            if let Err(e) = trimmed {
                 ended = Some(e.to_string());
                 break;
             }
@@ -359,6 +390,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         &mut symbolizer,
         &live.state.code,
         &mut walker,
+        None,
     );
     if named.count == 0 {
         return Err(Error::new(
