@@ -1,7 +1,7 @@
 //! Running bench-app JVMs and the release jvmperf binary for benchmarks.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -108,4 +108,25 @@ fn stat_cpu_secs(path: &str) -> Option<f64> {
     let utime: f64 = fields.next()?.parse().ok()?;
     let stime: f64 = fields.next()?.parse().ok()?;
     Some((utime + stime) / 100.0)
+}
+
+/// Starts `jvmperf record -p PID -d SECS -F HZ [extra…] -o OUT` with its stderr piped.
+pub fn spawn_record(
+    jvmperf: &Path,
+    pid: u32,
+    (secs, hz): (u64, u64),
+    extra: &[&str],
+    out: &Path,
+) -> Result<Child> {
+    Command::new(jvmperf)
+        .args(["record", "-p", &pid.to_string()])
+        .args(["-d", &secs.to_string(), "-F", &hz.to_string()])
+        .args(extra)
+        .arg("-o")
+        .arg(out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting jvmperf record")
 }

@@ -273,16 +273,7 @@ impl JvmperfRun {
 fn jvmperf_run(t: &mut Target, jvmperf: &Path, out: &Path) -> Result<JvmperfRun> {
     let from = t.log.len();
     let started = Instant::now();
-    let mut child = Command::new(jvmperf)
-        .args(["record", "-p", &t.jvm.pid().to_string()])
-        .args(["-d", &RUN_SECS.to_string(), "-F", &FREQUENCY.to_string()])
-        .arg("-o")
-        .arg(out)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting jvmperf record")?;
+    let mut child = bench_jvm::spawn_record(jvmperf, t.jvm.pid(), (RUN_SECS, FREQUENCY), &[], out)?;
     let err = read_all(child.stderr.take());
     t.probe = Some(child.id());
     let mut reaped = None;

@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -120,16 +120,14 @@ fn record(jvmperf: &Path, args: &Args, pid: u32, out: &Path) -> Result<Vec<Statu
         args.hz,
         out.display()
     );
-    let mut child = Command::new(jvmperf)
-        .args(["record", "-p", &pid.to_string()])
-        .args(["-d", &seconds.to_string(), "-F", &args.hz.to_string()])
-        .args(["--status-every", &args.every.to_string(), "-o"])
-        .arg(out)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting jvmperf record")?;
+    let every = args.every.to_string();
+    let mut child = bench_jvm::spawn_record(
+        jvmperf,
+        pid,
+        (seconds, args.hz),
+        &["--status-every", &every],
+        out,
+    )?;
     let stderr = child.stderr.take().context("jvmperf stderr")?;
     let (tx, lines) = mpsc::channel();
     std::thread::spawn(move || {
