@@ -88,16 +88,9 @@ pub(crate) mod fixture_tests {
         let mem =
             SnapshotMemory::from_bytes(include_bytes!("../../tests/fixtures/jdk17-vmstructs.mem"))
                 .expect("snapshot");
-        let symbols = include_str!("../../tests/fixtures/jdk17-vmstructs.symbols")
-            .lines()
-            .filter_map(|l| {
-                let (name, addr) = l.split_once(' ')?;
-                Some((
-                    name.to_string(),
-                    u64::from_str_radix(addr.trim_start_matches("0x"), 16).ok()?,
-                ))
-            })
-            .collect();
+        let symbols = super::vmstructs::parse_symbol_lines(include_str!(
+            "../../tests/fixtures/jdk17-vmstructs.symbols"
+        ));
         (mem, symbols)
     }
 

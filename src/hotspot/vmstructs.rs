@@ -61,6 +61,18 @@ impl From<MemError> for VmStructsError {
 
 type R<T> = Result<T, VmStructsError>;
 
+/// Symbols saved as `name 0xaddress` lines (how `examples/capture_vmstructs.rs` stores a
+/// snapshot's libjvm symbols); malformed lines are skipped.
+pub fn parse_symbol_lines(text: &str) -> HashMap<String, u64> {
+    text.lines()
+        .filter_map(|l| {
+            let (name, addr) = l.split_once(' ')?;
+            let addr = u64::from_str_radix(addr.trim_start_matches("0x"), 16).ok()?;
+            Some((name.to_string(), addr))
+        })
+        .collect()
+}
+
 /// The symbol addresses a table read needs; `libjvm::LibJvm::symbols` provides them for live targets.
 pub trait SymbolLookup {
     fn symbol(&self, name: &str) -> Option<u64>;

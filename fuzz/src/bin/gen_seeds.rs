@@ -9,7 +9,7 @@
 use jvmperf::hotspot::codecache::{BlobKind, CodeCache};
 use jvmperf::hotspot::flags::FlagTable;
 use jvmperf::hotspot::method::MethodLayout;
-use jvmperf::hotspot::vmstructs::VmStructs;
+use jvmperf::hotspot::vmstructs::{parse_symbol_lines, VmStructs};
 use jvmperf::shim::protocol::{self as p, encode_frame};
 use jvmperf::target::{SnapshotMemory, TargetMemory};
 use jvmperf_fuzz::VmInput;
@@ -803,18 +803,9 @@ fn vm_seeds() -> Vec<(String, Vec<u8>)> {
     let mem =
         SnapshotMemory::from_bytes(&std::fs::read("tests/fixtures/jdk17-vmstructs.mem").unwrap())
             .expect("fixture snapshot");
-    let syms: HashMap<String, u64> =
-        std::fs::read_to_string("tests/fixtures/jdk17-vmstructs.symbols")
-            .unwrap()
-            .lines()
-            .filter_map(|l| {
-                let (name, addr) = l.split_once(' ')?;
-                Some((
-                    name.to_string(),
-                    u64::from_str_radix(addr.trim_start_matches("0x"), 16).ok()?,
-                ))
-            })
-            .collect();
+    let syms = parse_symbol_lines(
+        &std::fs::read_to_string("tests/fixtures/jdk17-vmstructs.symbols").unwrap(),
+    );
     let vs = VmStructs::read(&mem, &syms).expect("fixture VMStructs");
     let cc = CodeCache::discover(&vs, &mem).expect("fixture code cache");
     let probes = [cc.low, cc.low + 0x1000, cc.high - 1];
