@@ -109,6 +109,8 @@ struct Named {
     last: u64,
     jit_top: u64,
     precise_hits: u64,
+    /// The `[kernel]` leaf of samples in kernel code without a callchain.
+    kernel_leaf: Option<FrameId>,
 }
 
 impl Named {
@@ -122,6 +124,7 @@ impl Named {
             last: 0,
             jit_top: 0,
             precise_hits: 0,
+            kernel_leaf: None,
         }
     }
 
@@ -153,20 +156,21 @@ impl Named {
             }
             if s.in_kernel && s.kernel.is_empty() {
                 // Time in a system call or fault, without --kernel's callchain.
-                let kernel = Frame::named("[kernel]", FrameKind::Kernel);
-                leaf_first.push(self.profile.intern_frame(kernel));
+                let profile = &mut self.profile;
+                let kernel = *self.kernel_leaf.get_or_insert_with(|| {
+                    profile.intern_frame(Frame::named("[kernel]", FrameKind::Kernel))
+                });
+                leaf_first.push(kernel);
             }
-            let raw = &collected.stacks[s.stack as usize];
-            if let Some(RawFrame::Compiled { pc, .. }) =
-                raw.iter().find(|f| matches!(f, RawFrame::Compiled { .. }))
-            {
+            let mut top_compiled = None;
+            for f in &collected.stacks[s.stack as usize] {
+                let precise =
+                    symbolizer.frames(&mut self.profile, code, walker, f, s.time, &mut leaf_first);
+                top_compiled = top_compiled.or(precise);
+            }
+            if let Some(precise) = top_compiled {
                 self.jit_top += 1;
-                if code.lookup(*pc, s.time).is_some_and(|e| !e.replayed) {
-                    self.precise_hits += 1;
-                }
-            }
-            for f in raw {
-                symbolizer.frames(&mut self.profile, code, walker, f, s.time, &mut leaf_first);
+                self.precise_hits += u64::from(precise);
             }
             leaf_first.reverse();
             let stack = self.profile.intern_stack_slice(&leaf_first);

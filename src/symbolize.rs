@@ -26,6 +26,7 @@ pub struct Symbolizer {
     /// By (`Method*`, bci, version of its name in the walker's [`MethodNames`]).
     interpreted_cache: HashMap<(u64, i32, u32), FrameId>,
     native_cache: HashMap<(u64, bool), Vec<FrameId>>,
+    stub_cache: HashMap<String, FrameId>,
     kernel_cache: HashMap<u64, FrameId>,
     /// Compiled frames whose code was unknown to the code map (resolved through `Method*`).
     pub unresolved_compiled: u64,
@@ -125,6 +126,7 @@ impl Symbolizer {
             compiled_cache: HashMap::default(),
             interpreted_cache: HashMap::default(),
             native_cache: HashMap::default(),
+            stub_cache: HashMap::default(),
             kernel_cache: HashMap::default(),
             unresolved_compiled: 0,
             debug_info_cpu: Duration::ZERO,
@@ -148,6 +150,7 @@ impl Symbolizer {
     /// Interns the frames (leaf first) of one raw frame of a sample taken at `time` into `profile`,
     /// resolving compiled code against `code` and native code against the walker's modules. Names
     /// are built once per distinct code version and address; a sample costs hash lookups.
+    /// For compiled code, returns whether it was compiled after the attach (exact inline info).
     pub fn frames(
         &mut self,
         profile: &mut Profile,
@@ -156,20 +159,22 @@ impl Symbolizer {
         raw: &RawFrame,
         time: u64,
         out: &mut Vec<FrameId>,
-    ) {
+    ) -> Option<bool> {
         match *raw {
             RawFrame::Compiled { pc, method } => {
                 let entry = code.lookup(pc, time);
+                let precise = entry.is_some_and(|e| !e.replayed);
                 let key = entry.map(|e| (e.start, e.load_time, pc));
                 if let Some(ids) = key.and_then(|k| self.compiled_cache.get(&k)) {
                     out.extend_from_slice(ids);
-                    return;
+                    return Some(precise);
                 }
                 let start = out.len();
                 let cacheable = self.compiled(profile, code, entry, pc, method, out);
                 if let (Some(key), true) = (key, cacheable) {
                     self.compiled_cache.insert(key, out[start..].to_vec());
                 }
+                return Some(precise);
             }
             RawFrame::Interpreted { method, bci } => {
                 let named = walker.method_names.get(method);
@@ -193,13 +198,21 @@ impl Symbolizer {
                     Some(CodeKind::Blob { name }) => name.as_str(),
                     _ => blob.as_ref(),
                 };
-                out.push(profile.intern_frame(Frame::named(name, FrameKind::Stub)));
+                let id = match self.stub_cache.get(name) {
+                    Some(&id) => id,
+                    None => {
+                        let id = profile.intern_frame(Frame::named(name, FrameKind::Stub));
+                        self.stub_cache.insert(name.to_string(), id);
+                        id
+                    }
+                };
+                out.push(id);
             }
             RawFrame::Native { pc, return_address } => {
                 let key = (pc, return_address);
                 if let Some(cached) = self.native_cache.get(&key) {
                     out.extend_from_slice(cached);
-                    return;
+                    return None;
                 }
                 let frames: Vec<Frame> = match walker.native.module_for(pc) {
                     Some(module) => self
@@ -226,6 +239,7 @@ impl Symbolizer {
                 self.native_cache.insert(key, ids);
             }
         }
+        None
     }
 
     /// Frames of compiled code at `pc` owned by `entry`; false when a name came from a fallback
