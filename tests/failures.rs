@@ -113,6 +113,19 @@ fn record_briefly(jvm: &Jvm, out: &Path) -> Output {
     run_jvmperf(&["record", "-p", &pid, "-d", "2", "-F", "199", "-o", s(out)])
 }
 
+/// Ctrl-C for a background recording: it ends successfully and writes `out`; returns its stderr.
+fn interrupt(child: Child, out: &Path) -> String {
+    signal(&child, nix::sys::signal::Signal::SIGINT);
+    let res = finish(child, Duration::from_secs(30));
+    let err = stderr_of(&res);
+    assert!(res.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("written to {}", out.display())),
+        "{err}"
+    );
+    err
+}
+
 fn record_in_background(jvm: &Jvm, out: &Path) -> Child {
     let child = jvmperf()
         .args([
@@ -372,14 +385,7 @@ fn sigint_writes_the_partial_profile_and_sigkill_leaves_the_jvm_clean() {
 
     let interrupted = scratch.path("interrupted.collapsed");
     let child = record_in_background(&jvm, &interrupted);
-    signal(&child, nix::sys::signal::Signal::SIGINT);
-    let res = finish(child, Duration::from_secs(30));
-    let err = stderr_of(&res);
-    assert!(res.status.success(), "{err}");
-    assert!(
-        err.contains(&format!("written to {}", interrupted.display())),
-        "{err}"
-    );
+    let err = interrupt(child, &interrupted);
     assert!(!err.contains("panicked"), "{err}");
     assert_throughput_stacks(&interrupted);
     wait_until("the shim goes quiet", Duration::from_secs(10), || {
@@ -443,14 +449,7 @@ fn a_second_recording_is_refused_while_the_first_runs_and_works_after_it() {
 
     // The first one never noticed.
     std::thread::sleep(Duration::from_secs(1));
-    signal(&child, nix::sys::signal::Signal::SIGINT);
-    let res = finish(child, Duration::from_secs(30));
-    let err = stderr_of(&res);
-    assert!(res.status.success(), "{err}");
-    assert!(
-        err.contains(&format!("written to {}", first.display())),
-        "{err}"
-    );
+    let err = interrupt(child, &first);
     assert!(!err.contains("ended early"), "{err}");
     assert_throughput_stacks(&first);
 
