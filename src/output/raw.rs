@@ -281,16 +281,32 @@ fn spill_error(dir: &Path, e: &std::io::Error) -> Error {
 }
 
 fn read_varint(r: &mut impl Read) -> std::io::Result<u64> {
+    let next = || {
+        let mut b = [0u8];
+        r.read_exact(&mut b).map(|()| b[0])
+    };
+    decode_varint(next, || {
+        std::io::Error::other("bad number in the sample spill")
+    })
+}
+
+/// A LEB128 `u64` (as [`put`] writes it) from `next` bytes; `bad()` when it does not fit.
+fn decode_varint<E>(
+    mut next: impl FnMut() -> std::result::Result<u8, E>,
+    bad: impl FnOnce() -> E,
+) -> std::result::Result<u64, E> {
     let mut v = 0u64;
     for shift in (0..64).step_by(7) {
-        let mut b = [0u8];
-        r.read_exact(&mut b)?;
-        v |= ((b[0] & 0x7f) as u64) << shift;
-        if b[0] & 0x80 == 0 {
+        let b = next()?;
+        if shift == 63 && b > 1 {
+            break;
+        }
+        v |= ((b & 0x7f) as u64) << shift;
+        if b & 0x80 == 0 {
             return Ok(v);
         }
     }
-    Err(std::io::Error::other("bad number in the sample spill"))
+    Err(bad())
 }
 
 /// Write `profile`'s frames, stacks and threads with the samples in `spill` (the profile's own
@@ -381,18 +397,10 @@ impl<'a> Cursor<'a> {
     }
 
     fn varint(&mut self, what: &str) -> Result<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.byte(what)?;
-            if shift == 63 && b > 1 {
-                break;
-            }
-            v |= ((b & 0x7f) as u64) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(corrupt(format!("bad number in {what}")))
+        decode_varint(
+            || self.byte(what),
+            || corrupt(format!("bad number in {what}")),
+        )
     }
 
     /// A count of elements that each take at least `min_size` bytes.
