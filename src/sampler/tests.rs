@@ -26,6 +26,18 @@ impl Spinner {
     }
 }
 
+/// utime + stime of a process, in clock ticks (1/100 s).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    after_name
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse::<u64>().ok())
+        .sum()
+}
+
 impl Drop for Spinner {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -227,7 +239,12 @@ fn a_tiny_ring_buffer_at_a_high_rate_loses_samples_without_crashing() {
     };
     let mut sampler = Sampler::open(child.pid(), &cfg).unwrap();
     assert_eq!(sampler.ring_buffer_bytes(), 2 * ring::page_size());
-    std::thread::sleep(Duration::from_millis(300));
+    // At 10 kHz, 50 ms of the spinner's CPU time is hundreds of samples: far more than two pages
+    // hold. Waiting for CPU time, not wall time, keeps this true on a loaded machine.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cpu_ticks(child.pid()) < 5 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let mut samples = 0u64;
     for _ in 0..3 {
         sampler
