@@ -327,7 +327,9 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             let trimmed = if naming_unfinished {
                 Ok(())
             } else {
-                live.trim(before)
+                live.trim(before).map(|()| {
+                    symbolizer.forget_stale_versions(&live.state.code, &walker.method_names)
+                })
             };
             if let Err(e) = trimmed {
                 ended = Some(e.to_string());

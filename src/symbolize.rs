@@ -4,13 +4,13 @@
 //! address (and code version); naming a sample is a few hash lookups.
 
 use crate::codemap::{CodeEntry, CodeKind, CodeMap};
-use crate::hotspot::method::{MethodLayout, MethodName};
+use crate::hotspot::method::{MethodLayout, MethodName, MethodNames};
 use crate::java_names::class_name;
 use crate::native::{KernelSymbols, NativeSymbolizer, NativeUnwinder};
 use crate::profile::{Frame, FrameId, FrameKind, Profile};
 use crate::target::ProcessMemory;
 use crate::unwind::{RawFrame, StackWalker};
-use foldhash::HashMap;
+use foldhash::{HashMap, HashSet};
 use nix::time::{clock_gettime, ClockId};
 use std::time::Duration;
 
@@ -28,6 +28,8 @@ pub struct Symbolizer {
     native_cache: HashMap<(u64, bool), Vec<FrameId>>,
     stub_cache: HashMap<String, FrameId>,
     kernel_cache: HashMap<u64, FrameId>,
+    /// Sizes of the code-versioned caches after they were last cleaned of stale versions.
+    cleaned_sizes: (usize, usize),
     /// Compiled frames whose code was unknown to the code map (resolved through `Method*`).
     pub unresolved_compiled: u64,
     /// CPU time spent loading native debug info ahead of the first naming pass.
@@ -128,6 +130,7 @@ impl Symbolizer {
             native_cache: HashMap::default(),
             stub_cache: HashMap::default(),
             kernel_cache: HashMap::default(),
+            cleaned_sizes: (0, 0),
             unresolved_compiled: 0,
             debug_info_cpu: Duration::ZERO,
         }
@@ -140,6 +143,31 @@ impl Symbolizer {
             .entry(method)
             .or_insert_with(|| layout.read(&mem, method))
             .as_ref()
+    }
+
+    /// Forget cached names of code versions no longer in `code` (unloaded and pruned) and of
+    /// `Method*`s re-read for a new method: a JVM that keeps loading classes makes new versions
+    /// without end, while the frames they named stay interned in the profile. Each cache is
+    /// cleaned only once it has doubled since its last cleaning, so the work is amortized.
+    pub fn forget_stale_versions(&mut self, code: &CodeMap, names: &MethodNames) {
+        const MIN: usize = 4096;
+        let (compiled, interpreted) = self.cleaned_sizes;
+        if self.compiled_cache.len() > (2 * compiled).max(MIN) {
+            let live: HashSet<(u64, u64)> = code
+                .entries()
+                .iter()
+                .map(|e| (e.start, e.load_time))
+                .collect();
+            self.compiled_cache
+                .retain(|&(start, load_time, _), _| live.contains(&(start, load_time)));
+            self.cleaned_sizes.0 = self.compiled_cache.len();
+        }
+        if self.interpreted_cache.len() > (2 * interpreted).max(MIN) {
+            self.interpreted_cache.retain(|&(method, _, version), _| {
+                names.get(method).map_or(u32::MAX, |(_, v)| v) == version
+            });
+            self.cleaned_sizes.1 = self.interpreted_cache.len();
+        }
     }
 
     /// A compiled frame the code map could not name, named through its `Method*` now.

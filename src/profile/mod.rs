@@ -2,6 +2,10 @@
 //! thread and CLOCK_MONOTONIC time.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
+
+mod stacks;
+pub use stacks::Stacks;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FrameKind {
@@ -102,10 +106,11 @@ pub struct Sample {
 #[derive(Debug, Default, Clone)]
 pub struct Profile {
     pub frames: Vec<Frame>,
-    frame_ids: foldhash::HashMap<Frame, FrameId>,
+    /// Ids of `frames`, hashed by the frame (each frame is stored once, in `frames`).
+    frame_ids: hashbrown::HashTable<FrameId>,
+    frame_hasher: foldhash::fast::RandomState,
     /// Each stack root first, leaf last.
-    pub stacks: Vec<Vec<FrameId>>,
-    stack_ids: foldhash::HashMap<Vec<FrameId>, StackId>,
+    pub stacks: Stacks,
     pub samples: Vec<Sample>,
     pub thread_names: HashMap<u32, String>,
     /// Sampling period in ns (1e9 / frequency); 0 when unknown.
@@ -116,12 +121,19 @@ pub struct Profile {
 
 impl Profile {
     pub fn intern_frame(&mut self, frame: Frame) -> FrameId {
-        if let Some(&id) = self.frame_ids.get(&frame) {
+        let hash = self.frame_hasher.hash_one(&frame);
+        let frames = &self.frames;
+        if let Some(&id) = self
+            .frame_ids
+            .find(hash, |&id| frames[id as usize] == frame)
+        {
             return id;
         }
-        let id = self.frames.len() as FrameId;
-        self.frames.push(frame.clone());
-        self.frame_ids.insert(frame, id);
+        let id = frames.len() as FrameId;
+        self.frames.push(frame);
+        let (frames, hasher) = (&self.frames, &self.frame_hasher);
+        self.frame_ids
+            .insert_unique(hash, id, |&id| hasher.hash_one(&frames[id as usize]));
         id
     }
 
@@ -130,13 +142,7 @@ impl Profile {
     }
 
     pub fn intern_stack_slice(&mut self, root_to_leaf: &[FrameId]) -> StackId {
-        if let Some(&id) = self.stack_ids.get(root_to_leaf) {
-            return id;
-        }
-        let id = self.stacks.len() as StackId;
-        self.stacks.push(root_to_leaf.to_vec());
-        self.stack_ids.insert(root_to_leaf.to_vec(), id);
-        id
+        self.stacks.intern(root_to_leaf)
     }
 
     /// Intern `root_to_leaf` and add `weight` samples of it without a time, as formats that keep
@@ -265,7 +271,7 @@ mod tests {
         let kept = p.retain_samples(|s| s.tid == 7);
         assert_eq!(kept.samples.len(), 2);
         assert_eq!(kept.frames.len(), 2);
-        assert_eq!(kept.stacks, vec![vec![0, 1]]);
+        assert_eq!(kept.stacks.iter().collect::<Vec<_>>(), [[0, 1]]);
         assert_eq!(kept.thread_names.len(), 1);
         assert_eq!((kept.period_ns, kept.start_ns), (1000, 5));
         assert_eq!(kept.total_weight(), 2);
