@@ -480,7 +480,8 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
 }
 
 /// A `--status-every` line: `key=value` pairs for production logs, memory in KiB. `rss` is ours
-/// (VmRSS, VmHWM the peak); `shim` is what the shim holds inside the target.
+/// (VmRSS, VmHWM the peak; `rss_anon` the part that is our own memory, the rest is pages of mapped
+/// files such as debug info); `shim` is what the shim holds inside the target.
 fn status_line(
     elapsed: Duration,
     st: &SamplerStats,
@@ -503,12 +504,13 @@ fn status_line(
         )
     });
     format!(
-        "jvmperf: status elapsed_s={:.0} samples={} lost={} stacks={stacks} rss_kib={} rss_peak_kib={} {shim}",
+        "jvmperf: status elapsed_s={:.0} samples={} lost={} stacks={stacks} rss_kib={} rss_peak_kib={} rss_anon_kib={} {shim}",
         elapsed.as_secs_f64(),
         st.samples,
         st.lost,
         kib("VmRSS:"),
         kib("VmHWM:"),
+        kib("RssAnon:"),
     )
 }
 

@@ -57,6 +57,7 @@ struct Status {
     lost: u64,
     stacks: u64,
     rss_kib: u64,
+    rss_anon_kib: u64,
     shim_kib: Option<u64>,
     target_cpu_s: f64,
 }
@@ -75,6 +76,7 @@ fn parse_status(line: &str, target_cpu_s: f64) -> Option<Status> {
         lost: num("lost")?,
         stacks: num("stacks")?,
         rss_kib: num("rss_kib")?,
+        rss_anon_kib: num("rss_anon_kib")?,
         shim_kib: num("shim_kib"),
         target_cpu_s,
     })
@@ -180,8 +182,16 @@ fn record(jvmperf: &Path, args: &Args, pid: u32, out: &Path) -> Result<Vec<Statu
 fn print_row(s: &Status, prev: Option<&Status>, hz: u64) {
     if prev.is_none() {
         println!(
-            "{:>7} {:>10} {:>10} {:>9} {:>8} {:>8} {:>9} {:>9}",
-            "time_s", "rss_MiB", "shim_KiB", "stacks", "samples", "lost", "expected", "ratio"
+            "{:>7} {:>10} {:>10} {:>10} {:>9} {:>8} {:>8} {:>9} {:>9}",
+            "time_s",
+            "rss_MiB",
+            "anon_MiB",
+            "shim_KiB",
+            "stacks",
+            "samples",
+            "lost",
+            "expected",
+            "ratio"
         );
     }
     let (samples, lost) = prev.map_or((s.samples, s.lost), |p| {
@@ -196,9 +206,10 @@ fn print_row(s: &Status, prev: Option<&Status>, hz: u64) {
         )
     });
     println!(
-        "{:>7.0} {:>10.1} {:>10} {:>9} {:>8} {:>8} {:>9} {:>9}",
+        "{:>7.0} {:>10.1} {:>10.1} {:>10} {:>9} {:>8} {:>8} {:>9} {:>9}",
         s.elapsed_s,
         s.rss_kib as f64 / 1024.0,
+        s.rss_anon_kib as f64 / 1024.0,
         s.shim_kib.map_or("?".into(), |k| k.to_string()),
         s.stacks,
         samples,
@@ -211,18 +222,36 @@ fn print_row(s: &Status, prev: Option<&Status>, hz: u64) {
 /// The verdict, leaving out the first row (warm-up: attach, debug info, first compiles).
 fn report(args: &Args, rows: &[Status]) -> Result<()> {
     let measured = &rows[1..];
-    let rss: Vec<u64> = measured.iter().map(|s| s.rss_kib).collect();
     let shim: Vec<u64> = rows.iter().filter_map(|s| s.shim_kib).collect();
     let (first, last) = (&rows[0], &rows[rows.len() - 1]);
     let expected = (last.target_cpu_s - first.target_cpu_s) * args.hz as f64;
     let taken = (last.samples - first.samples) as f64;
     let lost = (last.lost - first.lost) as f64;
+    for (what, kib) in [
+        (
+            "RSS",
+            measured.iter().map(|s| s.rss_kib).collect::<Vec<u64>>(),
+        ),
+        (
+            "anonymous RSS (its own memory, without mapped files)",
+            measured.iter().map(|s| s.rss_anon_kib).collect(),
+        ),
+    ] {
+        println!(
+            "soak: daemon {what} after the warm-up row: first {:.1} MiB, last {:.1} MiB, max {:.1} MiB; second half / first half {:.3} (1.000 = flat)",
+            kib[0] as f64 / 1024.0,
+            kib[kib.len() - 1] as f64 / 1024.0,
+            kib.iter().max().copied().unwrap_or(0) as f64 / 1024.0,
+            growth(&kib)
+        );
+    }
+    let (m0, m1) = (&measured[0], &measured[measured.len() - 1]);
     println!(
-        "soak: daemon RSS after the warm-up row: first {:.1} MiB, last {:.1} MiB, max {:.1} MiB; second half / first half {:.3} (1.000 = flat)",
-        rss[0] as f64 / 1024.0,
-        rss[rss.len() - 1] as f64 / 1024.0,
-        rss.iter().max().copied().unwrap_or(0) as f64 / 1024.0,
-        growth(&rss)
+        "soak: distinct stacks {} -> {} after the warm-up row; anonymous memory per new stack {:.0} bytes",
+        m0.stacks,
+        m1.stacks,
+        (m1.rss_anon_kib as f64 - m0.rss_anon_kib as f64) * 1024.0
+            / (m1.stacks.saturating_sub(m0.stacks)).max(1) as f64
     );
     println!(
         "soak: shim memory in the target: min {} KiB, max {} KiB over {} rows",
@@ -271,12 +300,12 @@ mod tests {
 
     #[test]
     fn status_lines_parse() {
-        let line = "jvmperf: status elapsed_s=60 samples=59940 lost=3 stacks=812 rss_kib=70000 rss_peak_kib=71000 shim_kib=4368 shim_queue_peak_kib=10";
+        let line = "jvmperf: status elapsed_s=60 samples=59940 lost=3 stacks=812 rss_kib=70000 rss_peak_kib=71000 rss_anon_kib=65000 shim_kib=4368 shim_queue_peak_kib=10";
         let s = parse_status(line, 1.5).unwrap();
         assert_eq!((s.samples, s.lost, s.stacks), (59940, 3, 812));
         assert_eq!(
-            (s.rss_kib, s.shim_kib, s.target_cpu_s),
-            (70000, Some(4368), 1.5)
+            (s.rss_kib, s.rss_anon_kib, s.shim_kib, s.target_cpu_s),
+            (70000, 65000, Some(4368), 1.5)
         );
         let no_shim = line.replace("shim_kib=4368", "shim_kib=?");
         assert_eq!(parse_status(&no_shim, 0.0).unwrap().shim_kib, None);
