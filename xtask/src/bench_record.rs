@@ -270,10 +270,11 @@ impl JvmperfRun {
     }
 }
 
-fn jvmperf_run(t: &mut Target, jvmperf: &Path, out: &Path) -> Result<JvmperfRun> {
+fn jvmperf_run(t: &mut Target, jvmperf: &Path, extra: &[&str], out: &Path) -> Result<JvmperfRun> {
     let from = t.log.len();
     let started = Instant::now();
-    let mut child = bench_jvm::spawn_record(jvmperf, t.jvm.pid(), (RUN_SECS, FREQUENCY), &[], out)?;
+    let mut child =
+        bench_jvm::spawn_record(jvmperf, t.jvm.pid(), (RUN_SECS, FREQUENCY), extra, out)?;
     let err = read_all(child.stderr.take());
     t.probe = Some(child.id());
     let mut reaped = None;
@@ -440,18 +441,22 @@ fn list(v: &[f64], digits: usize) -> String {
 }
 
 pub fn main(args: &[String]) -> Result<()> {
-    if !args.is_empty() {
-        bail!("usage: cargo xtask bench record (no options)");
-    }
+    let extra: Vec<&str> = match args.split_first() {
+        None => Vec::new(),
+        Some((dashes, rest)) if dashes == "--" => rest.iter().map(String::as_str).collect(),
+        Some(_) => bail!(
+            "usage: cargo xtask bench record [-- MORE JVMPERF RECORD OPTIONS, e.g. --stack-size 16384]"
+        ),
+    };
     let jvmperf = bench_jvm::prepare()?;
     let dir = std::env::temp_dir().join(format!("jvmperf-bench-record-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let result = measure(&jvmperf, &dir);
+    let result = measure(&jvmperf, &extra, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
 
-fn measure(jvmperf: &Path, dir: &Path) -> Result<()> {
+fn measure(jvmperf: &Path, extra: &[&str], dir: &Path) -> Result<()> {
     let jfc = dir.join("bench.jfc");
     std::fs::write(&jfc, JFC).context("writing the JFR settings")?;
     let max_rate = || std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate");
@@ -468,12 +473,18 @@ fn measure(jvmperf: &Path, dir: &Path) -> Result<()> {
         probe: None,
     };
     println!(
-        "record: bench.Throughput (2 threads, CPU-bound), {ROUNDS} x (unprofiled, jvmperf -F {FREQUENCY}, unprofiled, JFR) + unprofiled, {RUN_SECS} s each; steady-state windows only"
+        "record: bench.Throughput (2 threads, CPU-bound), {ROUNDS} x (unprofiled, jvmperf -F {FREQUENCY}{}, unprofiled, JFR) + unprofiled, {RUN_SECS} s each; steady-state windows only",
+        extra.iter().map(|a| format!(" {a}")).collect::<String>()
     );
     let mut unprofiled = vec![t.unprofiled()?];
     let (mut jp, mut jfr) = (Vec::new(), Vec::new());
     for i in 0..ROUNDS {
-        jp.push(jvmperf_run(&mut t, jvmperf, &dir.join("out.collapsed"))?);
+        jp.push(jvmperf_run(
+            &mut t,
+            jvmperf,
+            extra,
+            &dir.join("out.collapsed"),
+        )?);
         unprofiled.push(t.unprofiled()?);
         jfr.push(jfr_run(&mut t, &jfc, dir.join(format!("r{i}.jfr")))?);
         unprofiled.push(t.unprofiled()?);
