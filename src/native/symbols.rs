@@ -29,10 +29,10 @@ impl NativeFrame {
     }
 }
 
-/// Symbolizes native pcs; debug info is loaded once per file (by build-id), on first use.
+/// Symbolizes native pcs; debug info is loaded once per file (by build-id), on first use. It
+/// keeps no cache of its answers: its caller interns them once per distinct pc.
 pub struct NativeSymbolizer {
     modules: HashMap<Arc<str>, ModuleSymbols>,
-    cache: HashMap<(Arc<str>, u64), Vec<NativeFrame>>,
     separate_debug_files: bool,
 }
 
@@ -46,7 +46,6 @@ impl NativeSymbolizer {
     pub fn new() -> Self {
         NativeSymbolizer {
             modules: HashMap::new(),
-            cache: HashMap::new(),
             separate_debug_files: true,
         }
     }
@@ -69,10 +68,6 @@ impl NativeSymbolizer {
         is_return_address: bool,
     ) -> Vec<NativeFrame> {
         let probe = module.svma(pc).wrapping_sub(u64::from(is_return_address));
-        let key = (module.key.clone(), probe);
-        if let Some(frames) = self.cache.get(&key) {
-            return frames.clone();
-        }
         let symbols = self
             .modules
             .entry(module.key.clone())
@@ -82,7 +77,6 @@ impl NativeSymbolizer {
             let offset = module.svma(pc);
             frames.push(NativeFrame::named(format!("{}+{offset:#x}", module.name)));
         }
-        self.cache.insert(key, frames.clone());
         frames
     }
 
