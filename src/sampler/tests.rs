@@ -101,10 +101,12 @@ struct Seen {
     stack_len: usize,
 }
 
-fn collect_for(sampler: &mut Sampler, duration: Duration) -> Vec<Seen> {
+/// Samples until `enough` holds of them (or 20 s pass: a loaded machine may give the sampled
+/// thread little CPU, and cpu-clock samples follow CPU time, not wall time).
+fn collect_until(sampler: &mut Sampler, enough: impl Fn(&[Seen]) -> bool) -> Vec<Seen> {
     let mut seen = Vec::new();
-    let end = Instant::now() + duration;
-    while Instant::now() < end {
+    let end = Instant::now() + Duration::from_secs(20);
+    while !enough(&seen) && Instant::now() < end {
         sampler
             .poll(Duration::from_millis(50), &mut |s| {
                 seen.push(Seen {
@@ -148,7 +150,7 @@ fn samples_a_busy_child_with_registers_stack_and_monotonic_time() {
     let child = Spinner::start();
     let before = monotonic_ns();
     let mut sampler = Sampler::open(child.pid(), &config(999, 8192)).unwrap();
-    let seen = collect_for(&mut sampler, Duration::from_secs(1));
+    let seen = collect_until(&mut sampler, |seen| seen.len() >= 100);
     sampler.disable();
     let mut rest = Vec::new();
     sampler
@@ -205,7 +207,7 @@ fn rescan_picks_up_a_new_thread_and_its_exit_is_cleaned_up() {
         "add_thread is idempotent"
     );
 
-    let seen = collect_for(&mut sampler, Duration::from_millis(500));
+    let seen = collect_until(&mut sampler, |seen| seen.iter().any(|s| s.tid == tid));
     let mine: Vec<_> = seen.iter().filter(|s| s.tid == tid).collect();
     assert!(
         !mine.is_empty(),
