@@ -74,7 +74,7 @@ fn stack_keys(profile: &Profile) -> StackKeys {
         .collect();
     let mut leaf = Vec::with_capacity(profile.stacks.len());
     let mut on_stack = Vec::with_capacity(profile.stacks.len());
-    for stack in &profile.stacks {
+    for stack in profile.stacks.iter() {
         let mut ids: Vec<u32> = stack
             .iter()
             .filter_map(|&f| frame_key[f as usize])

@@ -26,15 +26,6 @@ impl Stacks {
         self.ends.is_empty()
     }
 
-    /// The frames of stack `id`, root first; empty for an unknown id.
-    pub fn get(&self, id: StackId) -> &[FrameId] {
-        if (id as usize) < self.ends.len() {
-            stack(&self.arena, &self.ends, id)
-        } else {
-            &[]
-        }
-    }
-
     /// Every stack in id order.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &[FrameId]> + '_ {
         (0..self.ends.len() as StackId).map(|id| stack(&self.arena, &self.ends, id))
@@ -75,15 +66,6 @@ impl std::ops::Index<usize> for Stacks {
     }
 }
 
-impl<'a> IntoIterator for &'a Stacks {
-    type Item = &'a [FrameId];
-    type IntoIter = Box<dyn ExactSizeIterator<Item = &'a [FrameId]> + 'a>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        Box::new(self.iter())
-    }
-}
-
 impl PartialEq for Stacks {
     fn eq(&self, other: &Self) -> bool {
         self.arena == other.arena && self.ends == other.ends
@@ -113,8 +95,8 @@ mod tests {
         assert_eq!((a, b, e), (0, 1, 2));
         assert_eq!(s.len(), 3);
         assert_eq!(&s[0], &[1, 2, 3]);
-        assert_eq!(s.get(1), &[1, 2]);
-        assert!(s.get(2).is_empty() && s.get(9).is_empty());
+        assert_eq!(&s[1], &[1, 2]);
+        assert!(s[2].is_empty());
         let all: Vec<&[FrameId]> = s.iter().collect();
         assert_eq!(all, vec![&[1, 2, 3][..], &[1, 2], &[]]);
         assert_eq!(s.arena.len(), 5);
