@@ -54,6 +54,11 @@ enum Command {
         /// Bytes of user stack copied per sample (multiple of 8, at most 65528).
         #[arg(long, default_value_t = 32768)]
         stack_size: u32,
+        /// Keep at most this many distinct stacks: past it, a new stack is cut after its longest
+        /// known prefix and ends in a `[truncated: --max-stacks]` frame, so memory stays bounded
+        /// however long the recording runs.
+        #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u32).range(1..))]
+        max_stacks: u32,
         /// Print a status line to stderr every this many seconds: samples, lost, distinct stacks,
         /// jvmperf's memory and the shim's memory inside the JVM.
         #[arg(long, value_name = "SECONDS")]
@@ -153,6 +158,7 @@ fn main() {
             kernel,
             precise_inlining,
             stack_size,
+            max_stacks,
             status_every,
         } => parse_format(format).and_then(|format| {
             jvmperf::record::run(&jvmperf::record::RecordOptions {
@@ -160,6 +166,7 @@ fn main() {
                 duration: duration.map(seconds),
                 frequency_hz: frequency,
                 stack_size,
+                max_stacks: max_stacks as usize,
                 output,
                 format,
                 threads,

@@ -25,6 +25,8 @@ pub struct RecordOptions {
     pub duration: Option<Duration>,
     pub frequency_hz: u64,
     pub stack_size: u32,
+    /// Distinct stacks kept; new ones past it are cut after their longest known prefix.
+    pub max_stacks: usize,
     pub output: PathBuf,
     pub format: Option<Format>,
     pub threads: bool,
@@ -111,10 +113,14 @@ struct Named {
     precise_hits: u64,
     /// The `[kernel]` leaf of samples in kernel code without a callchain.
     kernel_leaf: Option<FrameId>,
+    max_stacks: usize,
+    /// The frame that ends stacks cut at `max_stacks`, and how many samples were cut.
+    cut_marker: Option<FrameId>,
+    cut: u64,
 }
 
 impl Named {
-    fn new(spill: Option<SampleSpill>) -> Self {
+    fn new(spill: Option<SampleSpill>, max_stacks: usize) -> Self {
         Named {
             profile: Profile::default(),
             merged: spill.is_none().then(HashMap::default),
@@ -125,6 +131,9 @@ impl Named {
             jit_top: 0,
             precise_hits: 0,
             kernel_leaf: None,
+            max_stacks,
+            cut_marker: None,
+            cut: 0,
         }
     }
 
@@ -173,7 +182,19 @@ impl Named {
                 self.precise_hits += u64::from(precise);
             }
             leaf_first.reverse();
-            let stack = self.profile.intern_stack_slice(&leaf_first);
+            // The marker frame exists only in profiles that reached the limit.
+            let marker = if self.profile.stacks.len() >= self.max_stacks {
+                let profile = &mut self.profile;
+                *self.cut_marker.get_or_insert_with(|| {
+                    profile.intern_frame(Frame::named("[truncated: --max-stacks]", FrameKind::Stub))
+                })
+            } else {
+                FrameId::MAX
+            };
+            let (stack, cut) =
+                self.profile
+                    .intern_stack_within(&leaf_first, self.max_stacks, marker);
+            self.cut += u64::from(cut);
             self.count += 1;
             self.first = Some(self.first.map_or(s.time, |f| f.min(s.time)));
             self.last = self.last.max(s.time);
@@ -273,7 +294,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
     let spill = (format == Format::Raw)
         .then(|| SampleSpill::create(&raw::spill_dir(&opts.output), start_ns))
         .transpose()?;
-    let mut named = Named::new(spill);
+    let mut named = Named::new(spill, opts.max_stacks);
     let mut last_status = Instant::now();
     let mut last_naming = Instant::now();
     let mut naming_unfinished = false;
@@ -353,7 +374,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             .is_some_and(|every| last_status.elapsed() >= every)
         {
             last_status = Instant::now();
-            let stacks = named.profile.stacks.len();
+            let stacks = (named.profile.stacks.len(), named.cut);
             let shim = live.state.shim_stats.as_ref();
             eprintln!("{}", status_line(started.elapsed(), &st, stacks, shim));
         }
@@ -470,6 +491,14 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             "jvmperf: sample window (CLOCK_MONOTONIC ns, as System.nanoTime): {first} {last}"
         );
     }
+    if named.cut > 0 {
+        eprintln!(
+            "jvmperf: {} samples ({:.2}%) were new stacks past --max-stacks {}: each was cut after its longest known prefix, under a `[truncated: --max-stacks]` frame (raise --max-stacks to keep them whole)",
+            named.cut,
+            100.0 * named.cut as f64 / named.count.max(1) as f64,
+            opts.max_stacks
+        );
+    }
     if let Some(why) = ended {
         eprintln!(
             "jvmperf: recording ended early: {why}; what was collected ({} samples) was written",
@@ -479,13 +508,14 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
     Ok(())
 }
 
-/// A `--status-every` line: `key=value` pairs for production logs, memory in KiB. `rss` is ours
+/// A `--status-every` line: `key=value` pairs for production logs, memory in KiB. `stacks` are the
+/// distinct stacks and `cut_samples` the samples cut at `--max-stacks`. `rss` is ours
 /// (VmRSS, VmHWM the peak; `rss_anon` the part that is our own memory, the rest is pages of mapped
 /// files such as debug info); `shim` is what the shim holds inside the target.
 fn status_line(
     elapsed: Duration,
     st: &SamplerStats,
-    stacks: usize,
+    (stacks, cut): (usize, u64),
     shim: Option<&ShimStats>,
 ) -> String {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -504,7 +534,7 @@ fn status_line(
         )
     });
     format!(
-        "jvmperf: status elapsed_s={:.0} samples={} lost={} stacks={stacks} rss_kib={} rss_peak_kib={} rss_anon_kib={} {shim}",
+        "jvmperf: status elapsed_s={:.0} samples={} lost={} stacks={stacks} cut_samples={cut} rss_kib={} rss_peak_kib={} rss_anon_kib={} {shim}",
         elapsed.as_secs_f64(),
         st.samples,
         st.lost,

@@ -219,3 +219,54 @@ fn target_exit_and_sigterm_still_write_what_was_collected() {
     assert!(jvm.is_alive());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn past_max_stacks_new_stacks_are_cut_after_their_known_prefix() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!("jvmperf-maxstacks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let jvm = Jvm::start(&[], "bench.InlineHot", &[]);
+    let out = dir.join("cut.collapsed");
+    let res = run_jvmperf(&[
+        "record",
+        "-p",
+        &jvm.pid.to_string(),
+        "-d",
+        "3",
+        "-F",
+        "999",
+        "--max-stacks",
+        "10",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let err = stderr_of(&res);
+    assert!(res.status.success(), "{err}");
+    assert!(err.contains("past --max-stacks 10"), "{err}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let (cut, whole): (Vec<&str>, Vec<&str>) = lines
+        .iter()
+        .partition(|l| l.contains("[truncated: --max-stacks]"));
+    assert!(!cut.is_empty(), "{text}");
+    assert!(whole.len() <= 10, "{} whole stacks:\n{text}", whole.len());
+    for line in &cut {
+        let (stack, _count) = line.rsplit_once(' ').unwrap();
+        assert!(
+            stack.ends_with("[truncated: --max-stacks]"),
+            "the marker ends a cut stack: {line}"
+        );
+        let prefix = stack.rsplit_once(';').map_or("", |(p, _)| p);
+        assert!(
+            prefix.is_empty() || whole.iter().any(|w| w.starts_with(prefix)),
+            "a cut stack keeps a known prefix: {line}"
+        );
+    }
+    let total: u64 = lines
+        .iter()
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert!(err.contains(&format!("jvmperf: {total} samples")), "{err}");
+    assert!(jvm.is_alive());
+    let _ = std::fs::remove_dir_all(&dir);
+}

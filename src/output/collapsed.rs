@@ -35,9 +35,11 @@ pub fn folded(profile: &Profile, opts: &OutputOptions) -> BTreeMap<String, u64> 
     // Aggregate first: stack strings can be long (deep recursion), samples many.
     for ((stack, tid), weight) in profile.weights_by_stack_and_thread() {
         let text = stacks[stack as usize].get_or_insert_with(|| {
-            let s = profile.stacks[stack as usize]
-                .iter()
-                .map(|&f| labels[f as usize].as_str())
+            let s = profile
+                .stacks
+                .frames(stack)
+                .into_iter()
+                .map(|f| labels[f as usize].as_str())
                 .collect::<Vec<_>>()
                 .join(";");
             if s.is_empty() {

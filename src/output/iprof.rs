@@ -18,7 +18,7 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::java_names::{parse_method_descriptor, primitive_name};
-use crate::profile::{Frame, FrameId, FrameKind, Profile, MAX_WEIGHT};
+use crate::profile::{Frame, FrameId, FrameKind, Profile, StackId, MAX_WEIGHT};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -144,7 +144,7 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
             continue;
         }
         ctx.clear();
-        for &f in profile.stacks[stack].iter().rev() {
+        for f in profile.stacks.leaf_to_root(stack as StackId) {
             let frame = &profile.frames[f as usize];
             if !frame.kind.is_java() {
                 continue;
@@ -349,9 +349,11 @@ mod tests {
 
         let back = parse(&bytes).unwrap();
         assert_eq!(back.total_weight(), 5);
-        let names: Vec<(&str, Option<&str>, Option<i32>)> = back.stacks[0]
-            .iter()
-            .map(|&f| {
+        let names: Vec<(&str, Option<&str>, Option<i32>)> = back
+            .stacks
+            .frames(0)
+            .into_iter()
+            .map(|f| {
                 let f = &back.frames[f as usize];
                 (f.name.as_str(), f.signature.as_deref(), f.bci)
             })

@@ -185,7 +185,7 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
         let location_id = match &stack_locations[stack as usize] {
             Some(ids) => ids.clone(),
             None => {
-                let ids = b.stack(profile, &profile.stacks[stack as usize]);
+                let ids = b.stack(profile, &profile.stacks.frames(stack));
                 stack_locations[stack as usize] = Some(ids.clone());
                 ids
             }
@@ -425,19 +425,23 @@ mod tests {
         assert_eq!(q.period_ns, 1_000_000);
         assert_eq!(q.thread_name(10), "worker");
         assert_eq!(q.thread_name(11), "tid-11");
-        let s = &q.stacks[q.samples[0].stack as usize];
+        let s = q.stacks.frames(q.samples[0].stack);
         let got: Vec<Frame> = s.iter().map(|&f| q.frames[f as usize].clone()).collect();
-        let want: Vec<Frame> = p.stacks[0]
-            .iter()
-            .map(|&f| Frame {
+        let want: Vec<Frame> = p
+            .stacks
+            .frames(0)
+            .into_iter()
+            .map(|f| Frame {
                 bci: None,
                 ..p.frames[f as usize].clone()
             })
             .collect();
         assert_eq!(got, want);
-        let kinds: Vec<FrameKind> = q.stacks[q.samples[1].stack as usize]
-            .iter()
-            .map(|&f| q.frames[f as usize].kind)
+        let kinds: Vec<FrameKind> = q
+            .stacks
+            .frames(q.samples[1].stack)
+            .into_iter()
+            .map(|f| q.frames[f as usize].kind)
             .collect();
         assert_eq!(
             kinds,

@@ -131,7 +131,7 @@ fn tables(
     put(&mut rest, profile.stacks.len() as u64);
     for stack in profile.stacks.iter() {
         put(&mut rest, stack.len() as u64);
-        for &f in stack {
+        for &f in &stack {
             put(&mut rest, f as u64);
         }
     }

@@ -145,6 +145,17 @@ impl Profile {
         self.stacks.intern(root_to_leaf)
     }
 
+    /// Like [`Self::intern_stack_slice`] while there are fewer than `limit` stacks; past it, a new
+    /// stack is cut after its longest known prefix and ends in `marker` (the flag says so).
+    pub fn intern_stack_within(
+        &mut self,
+        root_to_leaf: &[FrameId],
+        limit: usize,
+        marker: FrameId,
+    ) -> (StackId, bool) {
+        self.stacks.intern_within(root_to_leaf, limit, marker)
+    }
+
     /// Intern `root_to_leaf` and add `weight` samples of it without a time, as formats that keep
     /// only counts read back.
     pub fn add_counted(&mut self, root_to_leaf: Vec<FrameId>, tid: u32, weight: u64) {
@@ -211,9 +222,11 @@ impl Profile {
             let stack = match stack_map[s.stack as usize] {
                 Some(id) => id,
                 None => {
-                    let ids = self.stacks[s.stack as usize]
-                        .iter()
-                        .map(|&f| {
+                    let ids = self
+                        .stacks
+                        .frames(s.stack)
+                        .into_iter()
+                        .map(|f| {
                             *frame_map[f as usize].get_or_insert_with(|| {
                                 out.intern_frame(self.frames[f as usize].clone())
                             })

@@ -1,4 +1,5 @@
-//! `cargo xtask bench soak [--minutes N] [--hz H] [--every S]`: a long `jvmperf record` of
+//! `cargo xtask bench soak [--minutes N] [--hz H] [--every S] [-- jvmperf record options]`: a
+//! long `jvmperf record` of
 //! `bench.CodeChurn` (class loading and code-cache churn) to a raw `.jvmperf` file with
 //! `--status-every`, printing jvmperf's and the shim's memory, samples and lost samples per status
 //! line, then how flat the memory stayed and whether every sample the target's CPU time calls for
@@ -19,6 +20,8 @@ struct Args {
     minutes: u64,
     hz: u64,
     every: u64,
+    /// Options passed on to `jvmperf record`, after `--`.
+    record: Vec<String>,
 }
 
 fn parse_args(args: &[String]) -> Result<Args> {
@@ -26,6 +29,7 @@ fn parse_args(args: &[String]) -> Result<Args> {
         minutes: 30,
         hz: 999,
         every: 60,
+        record: Vec::new(),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -37,9 +41,10 @@ fn parse_args(args: &[String]) -> Result<Args> {
             "--minutes" => out.minutes = value()?.max(1),
             "--hz" => out.hz = value()?.max(1),
             "--every" => out.every = value()?.max(1),
+            "--" => out.record.extend(it.by_ref().cloned()),
             "-h" | "--help" => {
                 println!(
-                    "usage: cargo xtask bench soak [--minutes N (30)] [--hz H (999)] [--every SECONDS (60)]"
+                    "usage: cargo xtask bench soak [--minutes N (30)] [--hz H (999)] [--every SECONDS (60)] [-- jvmperf record options]"
                 );
                 std::process::exit(0);
             }
@@ -56,6 +61,7 @@ struct Status {
     samples: u64,
     lost: u64,
     stacks: u64,
+    cut_samples: u64,
     rss_kib: u64,
     rss_anon_kib: u64,
     shim_kib: Option<u64>,
@@ -75,6 +81,7 @@ fn parse_status(line: &str, target_cpu_s: f64) -> Option<Status> {
         samples: num("samples")?,
         lost: num("lost")?,
         stacks: num("stacks")?,
+        cut_samples: num("cut_samples")?,
         rss_kib: num("rss_kib")?,
         rss_anon_kib: num("rss_anon_kib")?,
         shim_kib: num("shim_kib"),
@@ -117,19 +124,19 @@ fn record(jvmperf: &Path, args: &Args, pid: u32, out: &Path) -> Result<Vec<Statu
     // A little past the last status line, so it is printed.
     let seconds = args.minutes * 60 + args.every.min(5);
     println!(
-        "soak: recording bench.CodeChurn (pid {pid}) for {} min at {} Hz into {}",
+        "soak: recording bench.CodeChurn (pid {pid}) for {} min at {} Hz into {}{}",
         args.minutes,
         args.hz,
-        out.display()
+        out.display(),
+        args.record
+            .iter()
+            .map(|a| format!(" {a}"))
+            .collect::<String>()
     );
     let every = args.every.to_string();
-    let mut child = bench_jvm::spawn_record(
-        jvmperf,
-        pid,
-        (seconds, args.hz),
-        &["--status-every", &every],
-        out,
-    )?;
+    let mut extra = vec!["--status-every", &every];
+    extra.extend(args.record.iter().map(String::as_str));
+    let mut child = bench_jvm::spawn_record(jvmperf, pid, (seconds, args.hz), &extra, out)?;
     let stderr = child.stderr.take().context("jvmperf stderr")?;
     let (tx, lines) = mpsc::channel();
     std::thread::spawn(move || {
@@ -247,11 +254,12 @@ fn report(args: &Args, rows: &[Status]) -> Result<()> {
     }
     let (m0, m1) = (&measured[0], &measured[measured.len() - 1]);
     println!(
-        "soak: distinct stacks {} -> {} after the warm-up row; anonymous memory per new stack {:.0} bytes",
+        "soak: distinct stacks {} -> {} after the warm-up row; anonymous memory per new stack {:.0} bytes; {} samples cut at --max-stacks",
         m0.stacks,
         m1.stacks,
         (m1.rss_anon_kib as f64 - m0.rss_anon_kib as f64) * 1024.0
-            / (m1.stacks.saturating_sub(m0.stacks)).max(1) as f64
+            / (m1.stacks.saturating_sub(m0.stacks)).max(1) as f64,
+        m1.cut_samples
     );
     println!(
         "soak: shim memory in the target: min {} KiB, max {} KiB over {} rows",
@@ -300,9 +308,12 @@ mod tests {
 
     #[test]
     fn status_lines_parse() {
-        let line = "jvmperf: status elapsed_s=60 samples=59940 lost=3 stacks=812 rss_kib=70000 rss_peak_kib=71000 rss_anon_kib=65000 shim_kib=4368 shim_queue_peak_kib=10";
+        let line = "jvmperf: status elapsed_s=60 samples=59940 lost=3 stacks=812 cut_samples=7 rss_kib=70000 rss_peak_kib=71000 rss_anon_kib=65000 shim_kib=4368 shim_queue_peak_kib=10";
         let s = parse_status(line, 1.5).unwrap();
-        assert_eq!((s.samples, s.lost, s.stacks), (59940, 3, 812));
+        assert_eq!(
+            (s.samples, s.lost, s.stacks, s.cut_samples),
+            (59940, 3, 812, 7)
+        );
         assert_eq!(
             (s.rss_kib, s.rss_anon_kib, s.shim_kib, s.target_cpu_s),
             (70000, 65000, Some(4368), 1.5)
