@@ -12,6 +12,7 @@ use crate::target::ProcessMemory;
 use crate::unwind::{RawFrame, StackWalker};
 use foldhash::{HashMap, HashSet};
 use nix::time::{clock_gettime, ClockId};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Names frames; lives for a whole recording so its caches (and loaded debug info) are built once.
@@ -25,7 +26,11 @@ pub struct Symbolizer {
     compiled_cache: HashMap<(u64, u64, u64), Vec<FrameId>>,
     /// By (`Method*`, bci, version of its name in the walker's [`MethodNames`]).
     interpreted_cache: HashMap<(u64, i32, u32), FrameId>,
-    native_cache: HashMap<(u64, bool), Vec<FrameId>>,
+    /// By (pc, is a return address): where its frames are in `native_frames` (start, count).
+    /// Native pcs only add up over a recording (the compiler threads reach new ones for as long
+    /// as it runs), so their frames share one arena.
+    native_cache: HashMap<(u64, bool), (u32, u32)>,
+    native_frames: Vec<FrameId>,
     stub_cache: HashMap<String, FrameId>,
     kernel_cache: HashMap<u64, FrameId>,
     /// Sizes of the code-versioned caches after they were last cleaned of stale versions.
@@ -48,7 +53,7 @@ fn java_frame(
     Frame {
         name: qualified,
         kind,
-        file: (!file.is_empty()).then(|| file.to_string()),
+        file: (!file.is_empty()).then(|| file.into()),
         line,
         bci: Some(bci),
         signature: Some(m_sig.to_string()),
@@ -128,6 +133,7 @@ impl Symbolizer {
             compiled_cache: HashMap::default(),
             interpreted_cache: HashMap::default(),
             native_cache: HashMap::default(),
+            native_frames: Vec::new(),
             stub_cache: HashMap::default(),
             kernel_cache: HashMap::default(),
             cleaned_sizes: (0, 0),
@@ -238,8 +244,8 @@ impl Symbolizer {
             }
             RawFrame::Native { pc, return_address } => {
                 let key = (pc, return_address);
-                if let Some(cached) = self.native_cache.get(&key) {
-                    out.extend_from_slice(cached);
+                if let Some(&(start, n)) = self.native_cache.get(&key) {
+                    out.extend_from_slice(&self.native_frames[start as usize..][..n as usize]);
                     return None;
                 }
                 let frames: Vec<Frame> = match walker.native.module_for(pc) {
@@ -248,9 +254,9 @@ impl Symbolizer {
                         .symbolize(&module, pc, return_address)
                         .into_iter()
                         .map(|f| Frame {
-                            file: f.file,
+                            file: f.file.map(Arc::from),
                             line: f.line,
-                            module: Some(module.name.clone()),
+                            module: Some(module.name.as_str().into()),
                             ..Frame::named(f.function, FrameKind::Native)
                         })
                         .collect(),
@@ -259,12 +265,12 @@ impl Symbolizer {
                         FrameKind::Native,
                     )],
                 };
-                let ids: Vec<FrameId> = frames
-                    .into_iter()
-                    .map(|f| profile.intern_frame(f))
-                    .collect();
-                out.extend_from_slice(&ids);
-                self.native_cache.insert(key, ids);
+                let start = self.native_frames.len();
+                self.native_frames
+                    .extend(frames.into_iter().map(|f| profile.intern_frame(f)));
+                out.extend_from_slice(&self.native_frames[start..]);
+                let n = self.native_frames.len() - start;
+                self.native_cache.insert(key, (start as u32, n as u32));
             }
         }
         None

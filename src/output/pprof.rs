@@ -18,6 +18,7 @@ use flate2::Compression;
 use prost::Message;
 use std::collections::HashMap;
 use std::io::{Read, Write};
+use std::sync::Arc;
 
 #[rustfmt::skip]
 #[allow(clippy::all, clippy::pedantic, rustdoc::all)]
@@ -62,7 +63,7 @@ impl Builder {
             FrameKind::Kernel => KERNEL,
             FrameKind::Thread => THREAD,
             FrameKind::Native => match &frame.module {
-                Some(m) => m.as_str(),
+                Some(m) => m,
                 None => return 0,
             },
         };
@@ -301,16 +302,14 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
             let positive = |v: i64| u32::try_from(v).ok().filter(|&v| v > 0);
             let file = string(f.filename)?;
             let frame = Frame {
-                file: (!file.is_empty()).then(|| file.to_string()),
+                file: (!file.is_empty()).then(|| file.into()),
                 line: positive(line.line),
                 start_line: positive(f.start_line),
                 signature: system_name
                     .strip_prefix(name)
                     .filter(|s| kind.is_java() && s.starts_with('('))
                     .map(str::to_string),
-                module: mapping
-                    .filter(|_| kind == FrameKind::Native)
-                    .map(str::to_string),
+                module: mapping.filter(|_| kind == FrameKind::Native).map(Arc::from),
                 ..Frame::named(name, kind)
             };
             ids.push(profile.intern_frame(frame));

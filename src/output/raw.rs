@@ -38,6 +38,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Read, Seek, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub const MAGIC: &[u8; 8] = b"JVMPERF\0";
 const MAJOR: u8 = 1;
@@ -77,7 +78,7 @@ impl<'a> Strings<'a> {
         })
     }
 
-    fn opt(&mut self, s: Option<&'a String>) -> u64 {
+    fn opt(&mut self, s: Option<&'a str>) -> u64 {
         s.map_or(0, |s| self.id(s) + 1)
     }
 }
@@ -108,7 +109,7 @@ fn tables(
     put(&mut rest, tids.len() as u64);
     for &tid in &tids {
         put(&mut rest, tid as u64);
-        let name = strings.opt(profile.thread_names.get(&tid));
+        let name = strings.opt(profile.thread_names.get(&tid).map(String::as_str));
         put(&mut rest, name);
     }
 
@@ -117,13 +118,13 @@ fn tables(
         rest.push(kind_code(f.kind));
         let name = strings.id(&f.name);
         put(&mut rest, name);
-        let file = strings.opt(f.file.as_ref());
+        let file = strings.opt(f.file.as_deref());
         put(&mut rest, file);
         put(&mut rest, f.line.map_or(0, |l| l as u64 + 1));
         put(&mut rest, f.bci.map_or(0, |b| zigzag(b as i64) + 1));
-        let sig = strings.opt(f.signature.as_ref());
+        let sig = strings.opt(f.signature.as_deref());
         put(&mut rest, sig);
-        let module = strings.opt(f.module.as_ref());
+        let module = strings.opt(f.module.as_deref());
         put(&mut rest, module);
         put(&mut rest, f.start_line.map_or(0, |l| l as u64 + 1));
     }
@@ -533,14 +534,14 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
         let frame = Frame {
             kind,
             name: c.string("frame name", &strings)?,
-            file: c.opt_string("frame file", &strings)?,
+            file: c.opt_string("frame file", &strings)?.map(Arc::from),
             line: c.opt_u32("frame line")?,
             bci: c
                 .opt("frame bci")?
                 .map(|b| i32::try_from(unzigzag(b)).map_err(|_| corrupt("frame bci")))
                 .transpose()?,
             signature: c.opt_string("frame signature", &strings)?,
-            module: c.opt_string("frame module", &strings)?,
+            module: c.opt_string("frame module", &strings)?.map(Arc::from),
             start_line: c.opt_u32("frame start line")?,
         };
         frame_ids.push(p.intern_frame(frame));

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::sync::Arc;
 
 mod stacks;
 pub use stacks::Stacks;
@@ -48,14 +49,16 @@ pub struct Frame {
     /// `package.Class.method` for Java, the symbol for native code.
     pub name: String,
     pub kind: FrameKind,
-    pub file: Option<String>,
+    /// Shared by every frame of the file (see [`Profile::intern_frame`]).
+    pub file: Option<Arc<str>>,
     pub line: Option<u32>,
     /// Bytecode index for Java frames (−1 when unknown).
     pub bci: Option<i32>,
     /// JVM method descriptor for Java frames, e.g. `(IJ)V`.
     pub signature: Option<String>,
     /// Native module (file name) for native frames.
-    pub module: Option<String>,
+    /// Shared by every frame of the module.
+    pub module: Option<Arc<str>>,
     /// First line of the method's line table, for Java frames.
     pub start_line: Option<u32>,
 }
@@ -109,6 +112,8 @@ pub struct Profile {
     /// Ids of `frames`, hashed by the frame (each frame is stored once, in `frames`).
     frame_ids: hashbrown::HashTable<FrameId>,
     frame_hasher: foldhash::fast::RandomState,
+    /// File and module names, each stored once: native frames repeat them by the thousand.
+    paths: foldhash::HashSet<Arc<str>>,
     /// Each stack root first, leaf last.
     pub stacks: Stacks,
     pub samples: Vec<Sample>,
@@ -120,7 +125,7 @@ pub struct Profile {
 }
 
 impl Profile {
-    pub fn intern_frame(&mut self, frame: Frame) -> FrameId {
+    pub fn intern_frame(&mut self, mut frame: Frame) -> FrameId {
         let hash = self.frame_hasher.hash_one(&frame);
         let frames = &self.frames;
         if let Some(&id) = self
@@ -130,6 +135,14 @@ impl Profile {
             return id;
         }
         let id = frames.len() as FrameId;
+        for path in [&mut frame.file, &mut frame.module].into_iter().flatten() {
+            match self.paths.get(path) {
+                Some(shared) => *path = shared.clone(),
+                None => {
+                    self.paths.insert(path.clone());
+                }
+            }
+        }
         self.frames.push(frame);
         let (frames, hasher) = (&self.frames, &self.frame_hasher);
         self.frame_ids
@@ -258,6 +271,29 @@ pub fn monotonic_now_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frames_share_their_file_and_module_names() {
+        let mut p = Profile::default();
+        let at = |line: u32| Frame {
+            file: Some("opto/compile.cpp".into()),
+            line: Some(line),
+            module: Some("libjvm.so".into()),
+            ..Frame::named("Compile::Optimize", FrameKind::Native)
+        };
+        let (a, b) = (p.intern_frame(at(10)), p.intern_frame(at(20)));
+        assert_ne!(a, b);
+        assert_eq!(p.intern_frame(at(20)), b);
+        let (fa, fb) = (&p.frames[a as usize], &p.frames[b as usize]);
+        assert!(Arc::ptr_eq(
+            fa.file.as_ref().unwrap(),
+            fb.file.as_ref().unwrap()
+        ));
+        assert!(Arc::ptr_eq(
+            fa.module.as_ref().unwrap(),
+            fb.module.as_ref().unwrap()
+        ));
+    }
 
     #[test]
     fn retain_keeps_only_what_the_kept_samples_use() {
