@@ -93,8 +93,20 @@ impl Builder {
         };
         let filename = self.string(frame.file.as_deref().unwrap_or(""));
         let start_line = frame.start_line.unwrap_or(0) as i64;
-        let key = (name, system_name, filename, start_line);
+        // A Java method is one function however its frames were named: an interpreted frame
+        // named through `Method*` has no source file, a compiled one of the same method has.
+        let key = match frame.kind.is_java() {
+            true => (name, system_name, 0, 0),
+            false => (name, system_name, filename, start_line),
+        };
         if let Some(&id) = self.functions.get(&key) {
+            let known = &mut self.out.function[id as usize - 1];
+            if known.filename == 0 {
+                known.filename = filename;
+            }
+            if known.start_line == 0 {
+                known.start_line = start_line;
+            }
             return id;
         }
         let id = self.out.function.len() as u64 + 1;
@@ -394,6 +406,32 @@ mod tests {
             });
         }
         p
+    }
+
+    #[test]
+    fn a_java_method_is_one_function_with_its_file_however_its_frames_were_named() {
+        let mut p = Profile::default();
+        let frame = |file: Option<&str>, kind| Frame {
+            file: file.map(Into::into),
+            signature: Some("()V".into()),
+            start_line: Some(3),
+            ..Frame::named("bench.App.run", kind)
+        };
+        let interpreted = p.intern_frame(frame(None, FrameKind::Interpreted));
+        let compiled = p.intern_frame(frame(Some("App.java"), FrameKind::Jit));
+        for root_to_leaf in [vec![interpreted], vec![compiled]] {
+            p.add_counted(root_to_leaf, 1, 1);
+        }
+        let mut raw = Vec::new();
+        GzDecoder::new(&render(&p).unwrap()[..])
+            .read_to_end(&mut raw)
+            .unwrap();
+        let pb = proto::Profile::decode(&raw[..]).unwrap();
+        assert_eq!(pb.function.len(), 1);
+        assert_eq!(
+            pb.string_table[pb.function[0].filename as usize],
+            "App.java"
+        );
     }
 
     #[test]
