@@ -236,20 +236,22 @@ fn past_max_stacks_new_stacks_are_cut_after_their_known_prefix() {
         "-F",
         "999",
         "--max-stacks",
-        "10",
+        "3",
         "-o",
         out.to_str().unwrap(),
     ]);
     let err = stderr_of(&res);
     assert!(res.status.success(), "{err}");
-    assert!(err.contains("past --max-stacks 10"), "{err}");
+    assert!(err.contains("past --max-stacks 3"), "{err}");
     let text = std::fs::read_to_string(&out).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     let (cut, whole): (Vec<&str>, Vec<&str>) = lines
         .iter()
         .partition(|l| l.contains("[truncated: --max-stacks]"));
+    // A JVM has more than 3 distinct stacks within 3 s at 999 Hz (JDK 11 without libjvm debug
+    // info: 9 distinct).
     assert!(!cut.is_empty(), "{text}");
-    assert!(whole.len() <= 10, "{} whole stacks:\n{text}", whole.len());
+    assert!(whole.len() <= 3, "{} whole stacks:\n{text}", whole.len());
     for line in &cut {
         let (stack, _count) = line.rsplit_once(' ').unwrap();
         assert!(
