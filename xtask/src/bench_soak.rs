@@ -1,8 +1,8 @@
 //! `cargo xtask bench soak [--minutes N] [--hz H] [--every S] [-- jvmperf record options]`: a
 //! long `jvmperf record` of `bench.CodeChurn` (class loading and code-cache churn) to a raw
-//! `.jvmperf` file with `--status-every`, printing jvmperf's and the shim's memory, samples and lost samples per status
-//! line, then how flat the memory stayed and whether every sample the target's CPU time calls for
-//! was either taken or reported lost by the kernel.
+//! `.jvmperf` file with `--status-every`, printing jvmperf's and the shim's memory, samples and
+//! lost samples per status line, then how flat the memory stayed and whether every sample the
+//! target's CPU time calls for was either taken or reported lost by the kernel.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
