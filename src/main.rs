@@ -142,11 +142,25 @@ enum Command {
         #[arg(long)]
         threads: bool,
     },
+    /// Build a native symbol cache file from a debug file (run by jvmperf itself, in a child
+    /// process, the first time it meets a module).
+    #[command(hide = true)]
+    BuildSymbolCache { debug_file: PathBuf, out: PathBuf },
 }
 
 fn main() {
     let cli = Cli::parse();
+    if let Ok(exe) = std::env::current_exe() {
+        jvmperf::native::symcache::build_in_child_process(exe);
+    }
     let result = match cli.command {
+        Command::BuildSymbolCache { debug_file, out } => {
+            // Nothing to build for once the jvmperf that asked is gone.
+            // SAFETY: prctl with integer arguments only.
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+            jvmperf::native::symcache::build(&debug_file, &out)
+                .map_err(|e| Error::new(ErrorKind::Internal, e))
+        }
         Command::Doctor { pid } => jvmperf::doctor::run(pid),
         Command::Record {
             pid,

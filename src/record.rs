@@ -10,7 +10,7 @@ use crate::output::{self, Format, OutputOptions};
 use crate::profile::{Frame, FrameId, FrameKind, Profile, Sample};
 use crate::sampler::{Sampler, SamplerConfig, SamplerStats};
 use crate::shim::protocol::{self, ShimStats};
-use crate::symbolize::Symbolizer;
+use crate::symbolize::{Symbolizer, WarmingSymbols};
 use crate::target::TargetProcess;
 use crate::unwind::{RawFrame, StackWalker};
 use foldhash::HashMap;
@@ -237,14 +237,8 @@ impl Named {
     }
 }
 
-fn ready_symbolizer(
-    warming: std::thread::JoinHandle<(crate::native::NativeSymbolizer, Duration)>,
-    walker: &StackWalker,
-    live: &LiveJvm,
-) -> Symbolizer {
-    let (native, cpu) = warming
-        .join()
-        .unwrap_or_else(|_| (crate::native::NativeSymbolizer::new(), Duration::ZERO));
+fn ready_symbolizer(warming: WarmingSymbols, walker: &StackWalker, live: &LiveJvm) -> Symbolizer {
+    let (native, cpu) = warming.join();
     let mut symbolizer = Symbolizer::new(walker.method_layout().cloned(), live.hotspot.mem, native);
     symbolizer.debug_info_cpu = cpu;
     symbolizer
@@ -289,7 +283,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
     let start_ns = crate::profile::monotonic_now_ns();
     let progress = std::io::stderr().is_terminal();
     let mut collected = Collected::default();
-    let mut warming = Some(crate::symbolize::warm_native_symbols(&walker.native));
+    let mut warming = Some(WarmingSymbols::start(&walker.native));
     let mut symbolizer: Option<Symbolizer> = None;
     let spill = (format == Format::Raw)
         .then(|| SampleSpill::create(&raw::spill_dir(&opts.output), start_ns))
@@ -396,9 +390,22 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         }
     }
     sampler.disable();
+    let sampled_for = started.elapsed();
+    let naming_started = Instant::now();
     let _ = sampler.poll(Duration::ZERO, &mut |s| collected.add(&mut walker, s));
     // Load records for code sampled at the very end may still be in flight.
     let _ = live.pump(Duration::from_millis(100));
+    while let Some(w) = warming.as_ref().filter(|w| !w.is_finished()) {
+        if progress {
+            eprint!(
+                "\rjvmperf: sampled {:.1} s; naming waits: {} — {:.0} s   ",
+                sampled_for.as_secs_f64(),
+                w.activity(),
+                naming_started.elapsed().as_secs_f64()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     if progress {
         eprintln!();
     }
@@ -447,6 +454,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
     );
     let unresolved = symbolizer.unresolved_compiled;
     let debug_info_cpu = symbolizer.debug_info_cpu;
+    let symbol_caches = symbolizer.native_symbol_caches();
     match named.spill.take() {
         Some(spill) => raw::save_streamed(&profile, spill, &opts.output)?,
         None => output::save_recording(
@@ -461,10 +469,11 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
 
     let st = sampler.stats();
     eprintln!(
-        "jvmperf: {} samples in {:.1} s written to {} — {:.1}% unwound to a thread root, {} lost, {} compiled frames unresolved by the code map",
+        "jvmperf: {} samples in {:.1} s written to {} ({:.1} s after sampling ended) — {:.1}% unwound to a thread root, {} lost, {} compiled frames unresolved by the code map",
         named.count,
-        started.elapsed().as_secs_f64(),
+        sampled_for.as_secs_f64(),
         opts.output.display(),
+        naming_started.elapsed().as_secs_f64(),
         100.0 * collected.rooted as f64 / collected.walked.max(1) as f64,
         st.lost,
         unresolved
@@ -476,8 +485,8 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         if live.debug_non_safepoints { "on" } else { "off" }
     );
     eprintln!(
-        "jvmperf: one-off: loading native debug info took {:.2} CPU-s (in the background while sampling)",
-        debug_info_cpu.as_secs_f64()
+        "jvmperf: one-off: loading native debug info took {:.2} CPU-s (in the background while sampling); {symbol_caches}",
+        (debug_info_cpu + crate::native::symcache::children_cpu()).as_secs_f64()
     );
     if !sampler.samples_kernel_time() {
         eprintln!(

@@ -91,31 +91,59 @@ fn frame_from_method(method: Option<&MethodName>, bci: i32, kind: FrameKind) -> 
     )
 }
 
-/// Start loading the debug info of the big native modules (libjvm's is ~150 MB of compressed
-/// DWARF, seconds to load) on a thread of its own, so sampling never waits for it. The thread
-/// reports the CPU time it took: a one-off cost, apart from the per-sample work.
-pub fn warm_native_symbols(
-    native: &NativeUnwinder,
-) -> std::thread::JoinHandle<(NativeSymbolizer, Duration)> {
-    let libjvm = native
-        .modules()
-        .all()
-        .iter()
-        .find(|m| m.name == "libjvm.so")
-        .cloned();
-    std::thread::spawn(move || {
-        // Below the thread that drains the ring buffers: they hold only ~50 ms of samples.
-        // SAFETY: setpriority on this thread's own tid has no memory effects.
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
-        let mut symbols = NativeSymbolizer::new();
-        if let Some(m) = libjvm {
-            symbols.symbolize(&m, m.start, false);
-        }
-        let cpu = clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)
-            .map(Duration::from)
-            .unwrap_or_default();
-        (symbols, cpu)
-    })
+/// Native debug info being opened on a thread of its own, and what it is doing now.
+pub struct WarmingSymbols {
+    thread: std::thread::JoinHandle<(NativeSymbolizer, Duration)>,
+    activity: Arc<std::sync::Mutex<String>>,
+}
+
+impl WarmingSymbols {
+    /// Open the debug info of every native module of the target (libjvm first), building the
+    /// symbol caches a first run on this host lacks, on a thread of its own so sampling never
+    /// waits for it. The thread reports the CPU time it took: a one-off cost, apart from the
+    /// per-sample work.
+    pub fn start(native: &NativeUnwinder) -> Self {
+        let mut modules: Vec<_> = native
+            .modules()
+            .all()
+            .iter()
+            .filter(|m| m.opened_from.is_some())
+            .cloned()
+            .collect();
+        modules.sort_by_key(|m| m.name != "libjvm.so");
+        let activity = Arc::new(std::sync::Mutex::new(String::new()));
+        let status = activity.clone();
+        let thread = std::thread::spawn(move || {
+            // Below the thread that drains the ring buffers: they hold only ~50 ms of samples.
+            // SAFETY: setpriority on this thread's own tid has no memory effects.
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
+            let mut symbols = NativeSymbolizer::new();
+            for m in &modules {
+                symbols.prepare(m, &status);
+            }
+            let cpu = clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)
+                .map(Duration::from)
+                .unwrap_or_default();
+            (symbols, cpu)
+        });
+        WarmingSymbols { thread, activity }
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+
+    /// What the thread is busy with, e.g. building the symbol cache of libjvm.so.
+    pub fn activity(&self) -> String {
+        self.activity.lock().map(|a| a.clone()).unwrap_or_default()
+    }
+
+    /// The ready symbolizer and the CPU time its warm-up took.
+    pub fn join(self) -> (NativeSymbolizer, Duration) {
+        self.thread
+            .join()
+            .unwrap_or_else(|_| (NativeSymbolizer::new(), Duration::ZERO))
+    }
 }
 
 impl Symbolizer {
@@ -140,6 +168,31 @@ impl Symbolizer {
             unresolved_compiled: 0,
             debug_info_cpu: Duration::ZERO,
         }
+    }
+
+    /// Where native symbols came from, for the record summary: the cache directory, and which
+    /// caches were built by this run.
+    pub fn native_symbol_caches(&self) -> String {
+        let dir = match self.native_symbols.cache() {
+            Ok(dir) => dir.path().display().to_string(),
+            Err(why) => return format!("no symbol cache ({why}): debug info was read into memory"),
+        };
+        if self.native_symbols.built.is_empty() {
+            return format!("native symbols from the cache in {dir}");
+        }
+        let built = &self.native_symbols.built;
+        let total: Duration = built.iter().map(|(_, took)| *took).sum();
+        let slow: Vec<String> = built
+            .iter()
+            .filter(|(_, took)| *took >= Duration::from_millis(100))
+            .map(|(name, took)| format!("{name} {:.1} s", took.as_secs_f64()))
+            .collect();
+        format!(
+            "built the symbol caches of {} modules in {:.1} s ({}) in {dir}: the first use of these builds on this host, later runs reuse them",
+            built.len(),
+            total.as_secs_f64(),
+            slow.join(", ")
+        )
     }
 
     fn method_by_ptr(&mut self, method: u64) -> Option<&MethodName> {

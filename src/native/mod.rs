@@ -6,6 +6,7 @@ mod debuginfo;
 pub mod kernel;
 pub mod modules;
 pub mod symbols;
+pub mod symcache;
 pub mod unwind;
 
 pub use kernel::{KernelSymbol, KernelSymbols};

@@ -1,14 +1,17 @@
 //! Native symbolization: function names (with inlined frames), file and line from a module's
-//! DWARF or its separate debug file, else from its ELF symbol table.
+//! DWARF or its separate debug file — through the on-disk symbol cache where the module has a
+//! build-id — else from its ELF symbol table.
 
 use super::debuginfo::{find_debug_file, find_sup_file};
 use super::modules::ModuleRef;
-use object::{Object, SymbolMap, SymbolMapEntry};
+use super::symcache::{CacheDir, CachedSymbols};
+use object::{Object, ObjectSegment, SymbolMap, SymbolMapEntry};
 use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// One frame of a native pc; inlined calls give several per pc.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,11 +32,15 @@ impl NativeFrame {
     }
 }
 
-/// Symbolizes native pcs; debug info is loaded once per file (by build-id), on first use. It
+/// Symbolizes native pcs; debug info is opened once per file (by build-id), on first use. It
 /// keeps no cache of its answers: its caller interns them once per distinct pc.
 pub struct NativeSymbolizer {
     modules: HashMap<Arc<str>, ModuleSymbols>,
     separate_debug_files: bool,
+    /// Where symbol caches are kept, or why there is none (DWARF is then read in memory).
+    cache: Result<CacheDir, String>,
+    /// Time spent building caches of modules seen for the first time on this host.
+    pub built: Vec<(String, Duration)>,
 }
 
 impl Default for NativeSymbolizer {
@@ -43,11 +50,47 @@ impl Default for NativeSymbolizer {
 }
 
 impl NativeSymbolizer {
+    /// Symbol caches in the user's cache directory.
     pub fn new() -> Self {
+        Self::with_cache(CacheDir::default_location())
+    }
+
+    pub fn with_cache(cache: Result<CacheDir, String>) -> Self {
         NativeSymbolizer {
             modules: HashMap::new(),
             separate_debug_files: true,
+            cache,
+            built: Vec::new(),
         }
+    }
+
+    /// The symbol cache directory, or why there is none.
+    pub fn cache(&self) -> &Result<CacheDir, String> {
+        &self.cache
+    }
+
+    /// Open (building its cache if needed) the debug info of `module` ahead of its first pc,
+    /// saying in `activity` when a cache is being built.
+    pub fn prepare(&mut self, module: &ModuleRef, activity: &Mutex<String>) {
+        self.module(module, Some(activity));
+    }
+
+    fn module(&mut self, module: &ModuleRef, activity: Option<&Mutex<String>>) -> &ModuleSymbols {
+        let (cache, built) = (&self.cache, &mut self.built);
+        let debug_files = self.separate_debug_files;
+        self.modules.entry(module.key.clone()).or_insert_with(|| {
+            let on_build = || {
+                if let Some(mut a) = activity.and_then(|a| a.lock().ok()) {
+                    *a = format!(
+                        "building the symbol cache of {} (once per build of it on this host)",
+                        module.name
+                    );
+                }
+            };
+            let symbols = ModuleSymbols::load(module, debug_files, cache.as_ref().ok(), on_build);
+            built.extend(symbols.built.map(|t| (module.name.clone(), t)));
+            symbols
+        })
     }
 
     /// Skip separate debug files: names from symbol tables (and DWARF embedded in a module),
@@ -68,11 +111,7 @@ impl NativeSymbolizer {
         is_return_address: bool,
     ) -> Vec<NativeFrame> {
         let probe = module.svma(pc).wrapping_sub(u64::from(is_return_address));
-        let symbols = self
-            .modules
-            .entry(module.key.clone())
-            .or_insert_with(|| ModuleSymbols::load(module, self.separate_debug_files));
-        let mut frames = symbols.frames(probe);
+        let mut frames = self.module(module, None).frames(probe);
         if frames.is_empty() {
             let offset = module.svma(pc);
             frames.push(NativeFrame::named(format!("{}+{offset:#x}", module.name)));
@@ -93,6 +132,13 @@ impl NativeSymbolizer {
             .is_some_and(|m| m.dwarf.is_ok())
     }
 
+    /// Whether a symbolized module's DWARF is read through the symbol cache.
+    pub fn is_cached(&self, module: &ModuleRef) -> bool {
+        self.modules
+            .get(&module.key)
+            .is_some_and(|m| matches!(m.dwarf, Ok(Dwarf::Cached { .. })))
+    }
+
     /// Why a symbolized module's debug file could not be loaded, if it could not.
     pub fn dwarf_error(&self, module: &ModuleRef) -> Option<&str> {
         let symbols = self.modules.get(&module.key)?;
@@ -101,21 +147,42 @@ impl NativeSymbolizer {
     }
 }
 
+/// Where a module's DWARF is read from.
+enum Dwarf {
+    /// The symbol cache of its build-id (which also holds its debug file's symbol table).
+    /// Addresses there are relative to the module's first loadable segment.
+    Cached {
+        symbols: CachedSymbols,
+        load_address: u64,
+    },
+    /// Read into memory: modules without a build-id to key a cache by, debug info split by dwz
+    /// (which the cache's converter cannot follow), or when no cache directory can be used.
+    Loaded(Box<addr2line::Loader>),
+}
+
 struct ModuleSymbols {
     module: ModuleRef,
-    /// DWARF from the module itself or its debug file; also holds that file's symbol table.
-    dwarf: std::result::Result<addr2line::Loader, String>,
+    /// DWARF from the module itself or its debug file.
+    dwarf: std::result::Result<Dwarf, String>,
     debug_file: Option<PathBuf>,
+    /// How long building the module's symbol cache took, if it was built now.
+    built: Option<Duration>,
     /// The module's own `.symtab` (else `.dynsym`), built only if DWARF and its file have no name.
     own_symbols: OnceCell<SymbolMap<OwnedSymbol>>,
 }
 
 impl ModuleSymbols {
-    fn load(module: &ModuleRef, separate_debug_files: bool) -> Self {
+    fn load(
+        module: &ModuleRef,
+        separate_debug_files: bool,
+        cache: Option<&CacheDir>,
+        on_build: impl FnOnce(),
+    ) -> Self {
         let mut symbols = ModuleSymbols {
             module: module.clone(),
             dwarf: Err("no debug info".to_string()),
             debug_file: None,
+            built: None,
             own_symbols: OnceCell::new(),
         };
         let Ok(elf) = object::File::parse(module.data()) else {
@@ -131,11 +198,28 @@ impl ModuleSymbols {
         } else {
             None
         };
-        if let Some(path) = &symbols.debug_file {
-            let sup = find_sup_file(module, path);
-            symbols.dwarf = addr2line::Loader::new_with_sup(path, sup.as_ref())
-                .map_err(|e| format!("{}: {e}", path.display()));
+        let Some(path) = symbols.debug_file.clone() else {
+            return symbols;
+        };
+        let sup = find_sup_file(module, &path);
+        let cache = cache.zip(module.build_id_hex()).filter(|_| sup.is_none());
+        if let Some((cache, build_id)) = cache {
+            let load_address = elf.segments().next().map_or(0, |s| s.address());
+            match cache.open_or_build(&build_id, &path, on_build) {
+                Ok(opened) => {
+                    symbols.built = opened.built;
+                    symbols.dwarf = Ok(Dwarf::Cached {
+                        symbols: opened.symbols,
+                        load_address,
+                    });
+                    return symbols;
+                }
+                Err(e) => eprintln!("jvmperf: {e}; reading {} in memory instead", path.display()),
+            }
         }
+        symbols.dwarf = addr2line::Loader::new_with_sup(&path, sup.as_ref())
+            .map(|l| Dwarf::Loaded(Box::new(l)))
+            .map_err(|e| format!("{}: {e}", path.display()));
         symbols
     }
 
@@ -157,7 +241,15 @@ impl ModuleSymbols {
 
     fn dwarf_frames(&self, probe: u64) -> Vec<NativeFrame> {
         let mut out = Vec::new();
-        let Ok(Ok(mut iter)) = self.dwarf.as_ref().map(|d| d.find_frames(probe)) else {
+        let loader = match &self.dwarf {
+            Ok(Dwarf::Cached {
+                symbols,
+                load_address,
+            }) => return symbols.frames(probe.wrapping_sub(*load_address)),
+            Ok(Dwarf::Loaded(loader)) => loader,
+            Err(_) => return out,
+        };
+        let Ok(mut iter) = loader.find_frames(probe) else {
             return out;
         };
         while let Ok(Some(frame)) = iter.next() {
@@ -181,7 +273,11 @@ impl ModuleSymbols {
     }
 
     fn symbol(&self, probe: u64) -> Option<String> {
-        let name = match self.dwarf.as_ref().ok().and_then(|d| d.find_symbol(probe)) {
+        let loaded = match &self.dwarf {
+            Ok(Dwarf::Loaded(loader)) => loader.find_symbol(probe),
+            _ => None,
+        };
+        let name = match loaded {
             Some(name) => name,
             None => {
                 &self

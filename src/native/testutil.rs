@@ -224,3 +224,10 @@ impl Drop for Loaded {
         unsafe { libc::dlclose(self.0) };
     }
 }
+
+/// A symbolizer whose caches go to a scratch directory: libraries the tests build (and the test
+/// binary itself) get new build-ids every time and do not belong in the user's cache.
+pub fn scratch_symbolizer() -> super::NativeSymbolizer {
+    let dir = std::env::temp_dir().join("jvmperf-test-symbol-cache");
+    super::NativeSymbolizer::with_cache(super::symcache::CacheDir::at(&dir))
+}

@@ -1,5 +1,5 @@
 use super::*;
-use crate::native::testutil::{build_c_library, rss_kib, Loaded, SleepingJvm};
+use crate::native::testutil::{build_c_library, rss_kib, scratch_symbolizer, Loaded, SleepingJvm};
 use crate::native::NativeUnwinder;
 use crate::target::TargetProcess;
 use std::time::Instant;
@@ -26,7 +26,7 @@ fn own_function_with_inlined_frame_file_and_line() {
     let mut unwinder = own_unwinder();
     let pc = outer_with_inlined_call();
     let module = unwinder.module_for(pc).unwrap();
-    let mut symbolizer = NativeSymbolizer::new();
+    let mut symbolizer = scratch_symbolizer();
     let frames = symbolizer.symbolize(&module, pc, false);
     let outer = frames.last().unwrap();
     assert!(
@@ -107,7 +107,7 @@ fn unresolved_pcs_are_named_by_module_and_offset() {
         .find(|m| m.name == "[vdso]")
         .unwrap();
     // The ELF header is in no function.
-    let frames = NativeSymbolizer::new().symbolize(vdso, vdso.bias + 0x10, false);
+    let frames = scratch_symbolizer().symbolize(vdso, vdso.bias + 0x10, false);
     assert_eq!(frames, vec![NativeFrame::named("[vdso]+0x10".to_string())]);
 }
 
@@ -148,7 +148,7 @@ fn inlined_frame_described_in_a_dwz_supplementary_file() {
     let entry = loaded.symbol(c"alpha_entry");
     let mut unwinder = own_unwinder();
     let module = unwinder.module_for(entry).unwrap();
-    let mut symbolizer = NativeSymbolizer::new();
+    let mut symbolizer = scratch_symbolizer();
     let inlined = (entry..entry + 32)
         .map(|pc| symbolizer.symbolize(&module, pc, false))
         .find(|frames| frames.len() == 2);
@@ -179,7 +179,7 @@ fn separate_debug_file_through_gnu_debuglink() {
     let loaded = Loaded::open(&lib);
     let probe = loaded.symbol(c"linked_probe");
     let module = own_unwinder().module_for(probe).unwrap();
-    let mut symbolizer = NativeSymbolizer::new();
+    let mut symbolizer = scratch_symbolizer();
     let frames = symbolizer.symbolize(&module, probe, false);
     assert_eq!(symbolizer.debug_file(&module), Some(&debug));
     std::fs::remove_dir_all(&dir).unwrap();

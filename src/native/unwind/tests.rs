@@ -56,7 +56,11 @@ fn unwinds_own_recursion_to_the_thread_root() {
     let me = TargetProcess::open(std::process::id()).unwrap();
     let mut unwinder = NativeUnwinder::new(&me).unwrap();
     let (frames, end) = unwind(&mut unwinder, &captured);
-    let names = names(&mut unwinder, &mut NativeSymbolizer::new(), &frames);
+    let names = names(
+        &mut unwinder,
+        &mut crate::native::testutil::scratch_symbolizer(),
+        &frames,
+    );
     assert_eq!(end, StepOutcome::Root, "{names:#?}");
     assert!(names[0].ends_with("testutil::capture_here"), "{names:#?}");
     let recursion = names
@@ -165,7 +169,7 @@ fn library_loaded_later_and_deleted_is_found_and_symbolized() {
     assert_eq!(module.name, "libprobe.so");
     let opened = module.opened_from.as_ref().unwrap().to_str().unwrap();
     assert!(opened.contains("/map_files/"), "deleted file: {opened}");
-    let frames = NativeSymbolizer::new().symbolize(&module, probe, false);
+    let frames = crate::native::testutil::scratch_symbolizer().symbolize(&module, probe, false);
     assert_eq!(frames[0].function, "jvmperf_probe", "{frames:#?}");
     assert!(frames[0].file.as_deref().unwrap().ends_with("probe.c"));
     assert!(matches!(frames[0].line, Some(1 | 2)), "{frames:#?}");
