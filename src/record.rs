@@ -351,7 +351,8 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
                 break;
             }
         }
-        if last_rescan.elapsed() > Duration::from_millis(200) {
+        let rescan = last_rescan.elapsed() > Duration::from_millis(200);
+        if rescan {
             sampler.rescan_threads();
             last_rescan = Instant::now();
         }
@@ -384,7 +385,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         if stop.load(Ordering::Relaxed) || opts.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
         }
-        if !live.process.is_alive() {
+        if rescan && !live.process.is_alive() {
             ended = Some(format!("process {} exited", opts.pid));
             break;
         }
@@ -396,6 +397,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
     // Load records for code sampled at the very end may still be in flight.
     let _ = live.pump(Duration::from_millis(100));
     while let Some(w) = warming.as_ref().filter(|w| !w.is_finished()) {
+        crate::native::symcache::hurry_build();
         if progress {
             eprint!(
                 "\rjvmperf: sampled {:.1} s; naming waits: {} — {:.0} s   ",

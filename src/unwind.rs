@@ -99,7 +99,18 @@ pub struct StackWalker {
     call_stub_return: u64,
     /// Interpreted methods, named while alive.
     pub method_names: MethodNames,
+    /// The first bytes of compiled code at a top frame's pc (is it returning?), per pc: code
+    /// bytes only change when the code cache does.
+    code_bytes: HashMap<u64, Option<[u8; 3]>>,
+    /// `Method*` → its bytecodes (start, size) as last read. A frame whose bcp lies inside them
+    /// needs no read: a `Method*` reused for another method has other bytecodes, which its frames'
+    /// bcps point into, and is read again.
+    bytecodes: HashMap<u64, (u64, u32)>,
 }
+
+/// Entries kept in the walker's per-address caches before they are cleared (bounded memory for
+/// JVMs that keep loading classes).
+const MAX_CACHED: usize = 1 << 16;
 
 impl StackWalker {
     pub fn new(hotspot: &HotSpot, native: NativeUnwinder) -> Self {
@@ -117,6 +128,8 @@ impl StackWalker {
             pc_blobs: HashMap::default(),
             call_stub_return,
             method_names: MethodNames::default(),
+            code_bytes: HashMap::default(),
+            bytecodes: HashMap::default(),
         }
     }
 
@@ -129,6 +142,7 @@ impl StackWalker {
     pub fn code_changed(&mut self, hotspot: &HotSpot) {
         self.blobs.clear();
         self.pc_blobs.clear();
+        self.code_bytes.clear();
         if let Some(cc) = self.code_cache.as_mut() {
             cc.refresh(&hotspot.vmstructs, &hotspot.mem);
         }
@@ -304,8 +318,15 @@ impl StackWalker {
                     None => after_push(),
                 };
             }
-            let mut code = [0u8; 3];
-            if self.mem.read(r.pc, &mut code).is_ok() {
+            if self.code_bytes.len() > MAX_CACHED {
+                self.code_bytes.clear();
+            }
+            let mem = self.mem;
+            let code = *self.code_bytes.entry(r.pc).or_insert_with(|| {
+                let mut code = [0u8; 3];
+                mem.read(r.pc, &mut code).ok().map(|()| code)
+            });
+            if let Some(code) = code {
                 match code {
                     // ret, or the return poll (`cmp rsp,[r15+d]` / `ja`) after the frame was popped.
                     [0xc3, ..] | [0x49, 0x3b, 0xa7] | [0x0f, 0x87, _] | [0x4d, 0x8b, 0x97] => {
@@ -353,18 +374,33 @@ impl StackWalker {
         } else {
             None
         };
-        let code = method.and_then(|m| self.methods.as_ref()?.code_start(&self.mem, m));
-        let bci_of = |bcp: u64| -> Option<i32> {
+        let bci_in = |code: Option<(u64, u32)>, bcp: u64| -> Option<i32> {
             let (start, size) = code?;
             let bci = bcp.checked_sub(start)?;
             (bci < u64::from(size)).then_some(bci as i32)
         };
+        // The top frame's live bcp is in r13; callers saved theirs in the frame.
+        let live_bcp = first.then_some(regs.r13);
+        let saved_bcp = if frame_ok { rd(slot(INTERP_BCP)).ok() } else { None };
+        let cached = method.and_then(|m| self.bytecodes.get(&m).copied());
+        let cached_bci = bci_in(cached, live_bcp.unwrap_or(0))
+            .or_else(|| bci_in(cached, saved_bcp.unwrap_or(0)));
+        let code = match cached_bci {
+            Some(_) => cached,
+            None => method.and_then(|m| self.methods.as_ref()?.code_start(&self.mem, m)),
+        };
         match (method, code) {
-            (Some(method), Some((start, _))) => {
-                self.note_method(method, start);
-                // The top frame's live bcp is in r13; callers saved theirs in the frame.
-                let bci = if first { bci_of(regs.r13) } else { None }
-                    .or_else(|| rd(slot(INTERP_BCP)).ok().and_then(bci_of))
+            (Some(method), Some((start, size))) => {
+                if cached_bci.is_none() {
+                    self.note_method(method, start);
+                    if self.bytecodes.len() > MAX_CACHED {
+                        self.bytecodes.clear();
+                    }
+                    self.bytecodes.insert(method, (start, size));
+                }
+                let bci = live_bcp
+                    .and_then(|bcp| bci_in(code, bcp))
+                    .or_else(|| saved_bcp.and_then(|bcp| bci_in(code, bcp)))
                     .unwrap_or(-1);
                 out.push(RawFrame::Interpreted { method, bci });
                 Ok(NativeRegs {

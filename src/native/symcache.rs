@@ -16,7 +16,8 @@ use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::BufWriter;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use symbolic_symcache::{SymCache, SymCacheConverter, SYMCACHE_VERSION};
@@ -25,6 +26,20 @@ use symbolic_symcache::{SymCache, SymCacheConverter, SYMCACHE_VERSION};
 /// ~700 MB a build of libjvm's cache takes never stays in the profiler's own memory. Unset (as in
 /// unit tests), caches are built in this process.
 static BUILDER_EXE: OnceLock<PathBuf> = OnceLock::new();
+
+/// The builder child running now (0: none), so that a recording that ended can hurry it.
+static BUILDER_PID: AtomicU32 = AtomicU32::new(0);
+
+/// Give a running cache build normal priority: it starts at its caller's (the debug-info thread
+/// runs at nice +10, below the JVM), which a busy host starves, and now a person waits for it.
+/// Raising a priority needs root or CAP_SYS_NICE; without them the build goes on as it was.
+pub fn hurry_build() {
+    let pid = BUILDER_PID.load(Ordering::Relaxed);
+    if pid != 0 {
+        // SAFETY: setpriority with integer arguments only.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, pid, 0) };
+    }
+}
 
 /// Build caches with `exe build-symbol-cache DEBUG_FILE OUT` from now on.
 pub fn build_in_child_process(exe: PathBuf) {
@@ -199,13 +214,19 @@ pub struct Opened {
 }
 
 fn build_in_child(exe: &Path, debug_file: &Path, out: &Path) -> Result<(), String> {
-    let output = Command::new(exe)
+    let child = Command::new(exe)
         .arg("build-symbol-cache")
         .arg(debug_file)
         .arg(out)
-        .stdin(std::process::Stdio::null())
-        .output()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+    BUILDER_PID.store(child.id(), Ordering::Relaxed);
+    let output = child.wait_with_output();
+    BUILDER_PID.store(0, Ordering::Relaxed);
+    let output = output.map_err(|e| format!("{}: {e}", exe.display()))?;
     if output.status.success() {
         return Ok(());
     }

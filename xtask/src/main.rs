@@ -6,6 +6,7 @@
 mod bench_apps;
 mod bench_attach;
 mod bench_convert;
+mod bench_footprint;
 mod bench_jvm;
 mod bench_record;
 mod bench_soak;
@@ -24,7 +25,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "bench",
-        "benchmarks: `bench attach` (time to a complete code map, replay rate), `bench record` (cost per sample vs JFR), `bench convert` (raw recording to every format), `bench soak` (memory and lost samples over a long recording)",
+        "benchmarks: `bench attach` (time to a complete code map, replay rate), `bench record` (cost per sample vs JFR), `bench convert` (raw recording to every format), `bench footprint` (wall time, memory and CPU of one recording, first and warm run), `bench soak` (memory and lost samples over a long recording)",
     ),
     (
         "demo",
@@ -54,7 +55,8 @@ fn run(args: &[String]) -> Result<()> {
             Some((name, args)) if name == "record" => bench_record::main(args),
             Some((name, args)) if name == "convert" => bench_convert::main(args),
             Some((name, args)) if name == "soak" => bench_soak::main(args),
-            _ => bail!("usage: cargo xtask bench attach|record|convert|soak"),
+            Some((name, args)) if name == "footprint" => bench_footprint::main(args),
+            _ => bail!("usage: cargo xtask bench attach|record|convert|soak|footprint"),
         },
         "demo" => demo::main(rest),
         "help" | "-h" | "--help" => {
