@@ -232,7 +232,8 @@ fn debug_info_checks(process: &TargetProcess, out: &mut Vec<Check>) {
     else {
         return;
     };
-    out.push(match crate::native::separate_debug_file(libjvm) {
+    let debug_file = crate::native::separate_debug_file(libjvm);
+    out.push(match &debug_file {
         Some(path) => check(Verdict::Ok, "libjvm debug info", format!("{}", path.display())),
         None if libjvm.build_id_hex().is_some() => check(
             Verdict::Warn,
@@ -244,6 +245,41 @@ fn debug_info_checks(process: &TargetProcess, out: &mut Vec<Check>) {
         ),
         None => check(Verdict::Warn, "libjvm debug info", "libjvm has no build-id and no debug info"),
     });
+    if let (Some(_), Some(build_id)) = (debug_file, libjvm.build_id_hex()) {
+        out.push(symbol_cache_check(&build_id));
+    }
+}
+
+fn symbol_cache_check(libjvm_build_id: &str) -> Check {
+    let dir = match crate::native::symcache::CacheDir::default_location() {
+        Ok(dir) => dir,
+        Err(why) => return check(
+            Verdict::Warn,
+            "symbol cache",
+            format!(
+                "{why}: each recording reads libjvm's debug info into memory (~2 CPU-s, ~500 MB)"
+            ),
+        ),
+    };
+    match dir.cached_size(libjvm_build_id) {
+        Some(bytes) => check(
+            Verdict::Ok,
+            "symbol cache",
+            format!(
+                "libjvm's is in {} ({} MB)",
+                dir.path().display(),
+                bytes >> 20
+            ),
+        ),
+        None => check(
+            Verdict::Ok,
+            "symbol cache",
+            format!(
+                "libjvm's is not in {} yet: the first recording builds it once (~5 CPU-s, ~700 MB in a child process)",
+                dir.path().display()
+            ),
+        ),
+    }
 }
 
 pub fn run(pid: u32) -> Result<()> {

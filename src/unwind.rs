@@ -7,7 +7,7 @@ use crate::hotspot::method::{MethodLayout, MethodNames};
 use crate::hotspot::HotSpot;
 use crate::native::{NativeRegs, NativeUnwinder, StepOutcome};
 use crate::sampler::Regs;
-use crate::target::{ProcessMemory, TargetMemory};
+use crate::target::{PageCachedMemory, ProcessMemory, TargetMemory};
 use foldhash::HashMap;
 use std::sync::Arc;
 
@@ -66,14 +66,14 @@ fn above(base: u64, off: u64) -> Result<u64, Truncation> {
 }
 
 /// The sampled stack: the kernel's copy from `sp`, and the live stack above it (older frames are
-/// still there unless the thread has returned through them since).
-struct StackView<'a> {
+/// still there unless the thread has returned through them since), read a page at a time.
+struct StackView<'a, M: TargetMemory> {
     sp: u64,
     bytes: &'a [u8],
-    mem: &'a ProcessMemory,
+    live: PageCachedMemory<M>,
 }
 
-impl StackView<'_> {
+impl<M: TargetMemory> StackView<'_, M> {
     fn read(&self, addr: u64) -> Result<u64, ()> {
         let off = addr.checked_sub(self.sp).ok_or(())?;
         if off
@@ -83,7 +83,7 @@ impl StackView<'_> {
             let o = off as usize;
             return Ok(u64::from_le_bytes(self.bytes[o..o + 8].try_into().unwrap()));
         }
-        self.mem.read_u64(addr).map_err(|_| ())
+        self.live.read_u64(addr).map_err(|_| ())
     }
 }
 
@@ -178,11 +178,10 @@ impl StackWalker {
             walk.truncated = Some(Truncation::NoUserRegs);
             return walk;
         }
-        let mem = self.mem;
         let view = StackView {
             sp: regs.sp,
             bytes: stack,
-            mem: &mem,
+            live: PageCachedMemory::new(self.mem),
         };
         let mut r = NativeRegs {
             pc: regs.ip,
@@ -240,7 +239,7 @@ impl StackWalker {
         r: NativeRegs,
         first: bool,
         regs: &Regs,
-        view: &StackView<'_>,
+        view: &StackView<'_, ProcessMemory>,
         out: &mut Vec<RawFrame>,
     ) -> Result<Option<NativeRegs>, Truncation> {
         let rd = |a: u64| view.read(a).map_err(|_| Truncation::BadStack);
@@ -293,7 +292,7 @@ impl StackWalker {
         blob: &BlobInfo,
         r: NativeRegs,
         first: bool,
-        view: &StackView<'_>,
+        view: &StackView<'_, ProcessMemory>,
     ) -> Result<NativeRegs, Truncation> {
         let rd = |a: u64| view.read(a).map_err(|_| Truncation::BadStack);
         let ret_at_sp = |this: &mut Self| -> Result<Option<NativeRegs>, Truncation> {
@@ -363,7 +362,7 @@ impl StackWalker {
         r: NativeRegs,
         first: bool,
         regs: &Regs,
-        view: &StackView<'_>,
+        view: &StackView<'_, ProcessMemory>,
         out: &mut Vec<RawFrame>,
     ) -> Result<NativeRegs, Truncation> {
         let rd = |a: u64| view.read(a).map_err(|_| Truncation::BadStack);
@@ -381,7 +380,11 @@ impl StackWalker {
         };
         // The top frame's live bcp is in r13; callers saved theirs in the frame.
         let live_bcp = first.then_some(regs.r13);
-        let saved_bcp = if frame_ok { rd(slot(INTERP_BCP)).ok() } else { None };
+        let saved_bcp = if frame_ok {
+            rd(slot(INTERP_BCP)).ok()
+        } else {
+            None
+        };
         let cached = method.and_then(|m| self.bytecodes.get(&m).copied());
         let cached_bci = bci_in(cached, live_bcp.unwrap_or(0))
             .or_else(|| bci_in(cached, saved_bcp.unwrap_or(0)));
@@ -455,7 +458,7 @@ mod tests {
         let view = StackView {
             sp: 1,
             bytes: &bytes,
-            mem: &mem,
+            live: PageCachedMemory::new(mem),
         };
         assert_eq!(view.read(9), Ok(u64::from_le_bytes([7; 8])));
         assert!(view.read(u64::MAX - 3).is_err());

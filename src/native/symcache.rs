@@ -107,6 +107,13 @@ impl CacheDir {
 
     /// The cache of the module with `build_id`, whose DWARF is in `debug_file`: mapped from the
     /// cache if it is there, else built first (once per build-id, also across processes).
+    /// The size of the cache file of `build_id`, if there is one.
+    pub fn cached_size(&self, build_id: &str) -> Option<u64> {
+        std::fs::metadata(self.file_for(build_id))
+            .ok()
+            .map(|m| m.len())
+    }
+
     /// `on_build` is called before a build starts.
     pub fn open_or_build(
         &self,
