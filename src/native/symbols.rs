@@ -9,7 +9,7 @@ use object::{Object, ObjectSegment, SymbolMap, SymbolMapEntry};
 use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -203,10 +203,10 @@ impl ModuleSymbols {
         };
         let sup = find_sup_file(module, &path);
         let cache = cache.zip(module.build_id_hex()).filter(|_| sup.is_none());
-        if let Some((cache, build_id)) = cache {
-            let load_address = elf.segments().next().map_or(0, |s| s.address());
-            match cache.open_or_build(&build_id, &path, on_build) {
+        let cache_error = match cache {
+            Some((cache, build_id)) => match cache.open_or_build(&build_id, &path, on_build) {
                 Ok(opened) => {
+                    let load_address = elf.segments().next().map_or(0, |s| s.address());
                     symbols.built = opened.built;
                     symbols.dwarf = Ok(Dwarf::Cached {
                         symbols: opened.symbols,
@@ -214,8 +214,23 @@ impl ModuleSymbols {
                     });
                     return symbols;
                 }
-                Err(e) => eprintln!("jvmperf: {e}; reading {} in memory instead", path.display()),
+                Err(e) => e,
+            },
+            None if sup.is_some() => {
+                "its debug info is split by dwz, which the symbol cache cannot read".to_string()
             }
+            None if module.build_id.is_none() => {
+                "it has no build-id to key a symbol cache by".to_string()
+            }
+            None => "no symbol cache directory (set JVMPERF_CACHE_DIR)".to_string(),
+        };
+        if too_big_to_read_in_memory(&path) {
+            eprintln!(
+                "jvmperf: {}: {cache_error}; its frames are named from its symbol table",
+                module.name
+            );
+            symbols.dwarf = Err(cache_error);
+            return symbols;
         }
         symbols.dwarf = addr2line::Loader::new_with_sup(&path, sup.as_ref())
             .map(|l| Dwarf::Loaded(Box::new(l)))
@@ -289,6 +304,12 @@ impl ModuleSymbols {
         };
         Some(addr2line::demangle_auto(Cow::Borrowed(name), None).into_owned())
     }
+}
+
+/// Debug files this large are read only through the symbol cache: inflated in memory, libjvm's
+/// 156 MB take ~500 MB and seconds of CPU in every recording.
+fn too_big_to_read_in_memory(debug_file: &Path) -> bool {
+    std::fs::metadata(debug_file).is_ok_and(|m| m.len() > 32 << 20)
 }
 
 struct OwnedSymbol {

@@ -145,6 +145,7 @@ impl CacheDir {
                 built: None,
             });
         }
+        enough_memory_to_build(debug_file)?;
         on_build();
         let started = Instant::now();
         match BUILDER_EXE.get() {
@@ -199,6 +200,63 @@ fn lock_of(cache_file: &Path) -> PathBuf {
     let name = cache_file.file_name().unwrap_or_default().to_string_lossy();
     let build_id = name.split('.').next().unwrap_or_default();
     cache_file.with_file_name(format!("{build_id}.lock"))
+}
+
+/// A build holds the inflated DWARF and the cache being assembled: about 4.5 times the
+/// compressed debug file at its peak (libjvm's: 156 MB → 690 MB).
+const BUILD_MEMORY_PER_DEBUG_BYTE: u64 = 5;
+
+/// Refuse a build that could push the host (or our memory cgroup) into the OOM killer, which
+/// might pick the JVM.
+fn enough_memory_to_build(debug_file: &Path) -> Result<(), String> {
+    let size = std::fs::metadata(debug_file).map_or(0, |m| m.len());
+    let need = size * BUILD_MEMORY_PER_DEBUG_BYTE;
+    let available = [host_available_memory(), cgroup_available_memory()]
+        .into_iter()
+        .flatten()
+        .min();
+    match available {
+        Some(free) if free < 2 * need => Err(format!(
+            "not building the symbol cache of {} now: it needs ~{} MB and only {} MB are available \
+             (run jvmperf once where memory allows, or copy the cache file of the same build-id \
+             into the cache directory)",
+            debug_file.display(),
+            need >> 20,
+            free >> 20
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn host_available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?;
+    Some(
+        kib.trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse::<u64>()
+            .ok()?
+            * 1024,
+    )
+}
+
+/// What our cgroup v2 memory limit leaves, if one is set.
+fn cgroup_available_memory() -> Option<u64> {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let dir = Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
+    let read = |f: &str| {
+        std::fs::read_to_string(dir.join(f))
+            .ok()?
+            .trim()
+            .parse::<u64>()
+            .ok()
+    };
+    let max = read("memory.max")?; // "max" (no limit) does not parse
+    Some(max.saturating_sub(read("memory.current")?))
 }
 
 /// CPU time of the child processes that built caches (and were waited for).
