@@ -253,13 +253,15 @@ fn debug_info_checks(process: &TargetProcess, out: &mut Vec<Check>) {
 fn symbol_cache_check(libjvm_build_id: &str) -> Check {
     let dir = match crate::native::symcache::CacheDir::default_location() {
         Ok(dir) => dir,
-        Err(why) => return check(
-            Verdict::Warn,
-            "symbol cache",
-            format!(
-                "{why}: each recording reads libjvm's debug info into memory (~2 CPU-s, ~500 MB)"
+        Err(why) => {
+            return check(
+                Verdict::Warn,
+                "symbol cache",
+                format!(
+                "{why}: libjvm's frames get symbol-table names only (no file:line, no inlined frames)"
             ),
-        ),
+            )
+        }
     };
     match dir.cached_size(libjvm_build_id) {
         Some(bytes) => check(
