@@ -288,6 +288,21 @@ impl CodeMap {
             .min_by_key(|e| (e.valid_until(), std::cmp::Reverse(e.load_time)))
     }
 
+    /// The times around `time` over which [`CodeMap::lookup`] of `addr` gives the same answer (as
+    /// long as the map itself does not change): from the end of the previous owner to the end of
+    /// this one.
+    pub fn same_owner(&self, addr: u64, time: u64) -> std::ops::Range<u64> {
+        let (mut from, mut until) = (0, u64::MAX);
+        for end in self.covering(addr).map(CodeEntry::valid_until) {
+            if end > time {
+                until = until.min(end);
+            } else {
+                from = from.max(end);
+            }
+        }
+        from..until
+    }
+
     /// The code at `addr` right now (the newest entry still open).
     pub fn lookup_latest(&self, addr: u64) -> Option<&CodeEntry> {
         self.covering(addr)

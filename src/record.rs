@@ -151,6 +151,9 @@ impl Named {
         let deadline = budget.map(|b| Instant::now() + b);
         let mut stopped_at = None;
         let mut leaf_first: Vec<FrameId> = Vec::new();
+        // Raw stack ids are stable within a pass, and most samples of a pass repeat a stack
+        // named moments before: its named stack holds for samples in the same code versions.
+        let mut named_stacks: HashMap<(u32, bool), NamedStack> = HashMap::default();
         for (i, s) in collected.samples.iter().enumerate() {
             if i % 64 == 63 && deadline.is_some_and(|d| Instant::now() >= d) {
                 stopped_at = Some(i + 1);
@@ -159,42 +162,27 @@ impl Named {
             if s.time >= before {
                 continue;
             }
-            leaf_first.clear();
-            for ip in &s.kernel {
-                leaf_first.push(symbolizer.kernel_frame(&mut self.profile, *ip));
-            }
-            if s.in_kernel && s.kernel.is_empty() {
-                // Time in a system call or fault, without --kernel's callchain.
-                let profile = &mut self.profile;
-                let kernel = *self.kernel_leaf.get_or_insert_with(|| {
-                    profile.intern_frame(Frame::named("[kernel]", FrameKind::Kernel))
-                });
-                leaf_first.push(kernel);
-            }
-            let mut top_compiled = None;
-            for f in &collected.stacks[s.stack as usize] {
-                let precise =
-                    symbolizer.frames(&mut self.profile, code, walker, f, s.time, &mut leaf_first);
-                top_compiled = top_compiled.or(precise);
-            }
-            if let Some(precise) = top_compiled {
+            let key = (s.stack, s.in_kernel);
+            let cached = named_stacks
+                .get(&key)
+                .filter(|n| s.kernel.is_empty() && n.same_names.contains(&s.time));
+            let named = match cached {
+                Some(n) => n.clone(),
+                None => {
+                    let n =
+                        self.name_stack(collected, s, symbolizer, code, walker, &mut leaf_first);
+                    if s.kernel.is_empty() {
+                        named_stacks.insert(key, n.clone());
+                    }
+                    n
+                }
+            };
+            if let Some(precise) = named.top_compiled {
                 self.jit_top += 1;
                 self.precise_hits += u64::from(precise);
             }
-            leaf_first.reverse();
-            // The marker frame exists only in profiles that reached the limit.
-            let marker = if self.profile.stacks.len() >= self.max_stacks {
-                let profile = &mut self.profile;
-                *self.cut_marker.get_or_insert_with(|| {
-                    profile.intern_frame(Frame::named("[truncated: --max-stacks]", FrameKind::Stub))
-                })
-            } else {
-                FrameId::MAX
-            };
-            let (stack, cut) =
-                self.profile
-                    .intern_stack_within(&leaf_first, self.max_stacks, marker);
-            self.cut += u64::from(cut);
+            let stack = named.stack;
+            self.cut += u64::from(named.cut);
             self.count += 1;
             self.first = Some(self.first.map_or(s.time, |f| f.min(s.time)));
             self.last = self.last.max(s.time);
@@ -235,6 +223,72 @@ impl Named {
         collected.forget_named_stacks();
         true
     }
+
+    /// Name one sample's stack and intern it (cut at `max_stacks`).
+    fn name_stack(
+        &mut self,
+        collected: &Collected,
+        s: &RawSample,
+        symbolizer: &mut Symbolizer,
+        code: &CodeMap,
+        walker: &mut StackWalker,
+        leaf_first: &mut Vec<FrameId>,
+    ) -> NamedStack {
+        leaf_first.clear();
+        for ip in &s.kernel {
+            leaf_first.push(symbolizer.kernel_frame(&mut self.profile, *ip));
+        }
+        if s.in_kernel && s.kernel.is_empty() {
+            // Time in a system call or fault, without --kernel's callchain.
+            let profile = &mut self.profile;
+            let kernel = *self.kernel_leaf.get_or_insert_with(|| {
+                profile.intern_frame(Frame::named("[kernel]", FrameKind::Kernel))
+            });
+            leaf_first.push(kernel);
+        }
+        let mut top_compiled = None;
+        let mut same_names = 0..u64::MAX;
+        for f in &collected.stacks[s.stack as usize] {
+            let precise = symbolizer.frames(
+                &mut self.profile,
+                code,
+                walker,
+                (f, s.time),
+                &mut same_names,
+                leaf_first,
+            );
+            top_compiled = top_compiled.or(precise);
+        }
+        leaf_first.reverse();
+        // The marker frame exists only in profiles that reached the limit.
+        let marker = if self.profile.stacks.len() >= self.max_stacks {
+            let profile = &mut self.profile;
+            *self.cut_marker.get_or_insert_with(|| {
+                profile.intern_frame(Frame::named("[truncated: --max-stacks]", FrameKind::Stub))
+            })
+        } else {
+            FrameId::MAX
+        };
+        let (stack, cut) = self
+            .profile
+            .intern_stack_within(leaf_first, self.max_stacks, marker);
+        NamedStack {
+            stack,
+            cut,
+            top_compiled,
+            same_names,
+        }
+    }
+}
+
+/// A raw stack as named for samples taken within `same_names`.
+#[derive(Clone)]
+struct NamedStack {
+    stack: u32,
+    cut: bool,
+    /// Whether the top compiled frame's code was compiled after the attach, if there is one.
+    top_compiled: Option<bool>,
+    same_names: std::ops::Range<u64>,
 }
 
 fn ready_symbolizer(warming: WarmingSymbols, walker: &StackWalker, live: &LiveJvm) -> Symbolizer {

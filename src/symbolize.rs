@@ -238,15 +238,20 @@ impl Symbolizer {
     /// resolving compiled code against `code` and native code against the walker's modules. Names
     /// are built once per distinct code version and address; a sample costs hash lookups.
     /// For compiled code, returns whether it was compiled after the attach (exact inline info).
+    /// `same_names` is narrowed to the times around `time` at which the frame gets the same names.
     pub fn frames(
         &mut self,
         profile: &mut Profile,
         code: &CodeMap,
         walker: &mut StackWalker,
-        raw: &RawFrame,
-        time: u64,
+        (raw, time): (&RawFrame, u64),
+        same_names: &mut std::ops::Range<u64>,
         out: &mut Vec<FrameId>,
     ) -> Option<bool> {
+        if let RawFrame::Compiled { pc, .. } | RawFrame::Stub { pc, .. } = *raw {
+            let owner = code.same_owner(pc, time);
+            *same_names = same_names.start.max(owner.start)..same_names.end.min(owner.end);
+        }
         match *raw {
             RawFrame::Compiled { pc, method } => {
                 let entry = code.lookup(pc, time);

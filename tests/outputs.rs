@@ -164,9 +164,14 @@ fn pprof_top(file: &Path) -> (u64, HashMap<String, (u64, u64)>) {
             continue;
         }
         let cols: Vec<&str> = line.split_whitespace().collect();
-        // pprof marks functions it only ever saw inlined.
+        // pprof marks functions it only ever saw inlined, and those it saw both inlined and not
+        // (a method compiled on its own during warm-up and inlined into its caller later).
         let name = cols[5..].join(" ");
-        let name = name.strip_suffix(" (inline)").unwrap_or(&name).to_string();
+        let name = name
+            .strip_suffix(" (inline)")
+            .or_else(|| name.strip_suffix(" (partial-inline)"))
+            .unwrap_or(&name)
+            .to_string();
         rows.insert(name, (cols[0].parse().unwrap(), cols[3].parse().unwrap()));
     }
     (total, rows)
