@@ -375,6 +375,29 @@ mod tests {
     }
 
     #[test]
+    fn the_same_owner_holds_between_the_ends_of_its_predecessor_and_itself() {
+        let mut map = CodeMap::new();
+        map.add_nmethod(100, nm(1, 0x1000, 0x100, &[]));
+        map.unload_nmethod(200, 1, 0x1000);
+        map.add_nmethod(300, nm(2, 0x1080, 0x100, &[]));
+        assert_eq!(map.same_owner(0x10a0, 150), 0..200);
+        assert_eq!(map.same_owner(0x10a0, 200), 200..u64::MAX);
+        assert_eq!(map.same_owner(0x10a0, 999), 200..u64::MAX);
+        assert_eq!(
+            map.same_owner(0x1010, 999),
+            200..u64::MAX,
+            "no owner after the unload"
+        );
+        assert_eq!(map.same_owner(0x9000, 5), 0..u64::MAX, "never code");
+        for t in [0, 150, 199, 200, 250, 5000] {
+            let owner = map.same_owner(0x10a0, t);
+            let at = |t| map.lookup(0x10a0, t).map(|e| e.load_time);
+            assert_eq!(at(owner.start), at(t));
+            assert_eq!(at(owner.end - 1), at(t));
+        }
+    }
+
+    #[test]
     fn reused_address_resolves_by_time() {
         let mut map = CodeMap::new();
         map.add_nmethod(100, nm(1, 0x1000, 0x100, &[]));
