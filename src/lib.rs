@@ -5,6 +5,7 @@ pub mod codemap;
 pub mod convert;
 pub mod diff;
 pub mod doctor;
+pub mod engine;
 pub mod error;
 pub mod hotspot;
 pub mod input;

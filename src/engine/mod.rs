@@ -1,0 +1,334 @@
+//! The recording engine, one per target JVM: attach, sample every thread, walk mixed Java/native
+//! stacks as samples arrive, and name them about two seconds later (late code-load records still
+//! arrive in time) against the time-versioned code map. `record` drives one; so will the daemon
+//! and the live view.
+//!
+//! Use: [`Engine::start`], then [`Engine::poll`] in a loop (each call drains the ring buffers and
+//! does a slice of naming), then [`Engine::finish`] for the profile and what the summary reports.
+
+mod collect;
+mod naming;
+
+use crate::error::Result;
+use crate::live_jvm::LiveJvm;
+use crate::native::NativeUnwinder;
+use crate::output::raw::SampleSpill;
+use crate::profile::Profile;
+use crate::sampler::{Sampler, SamplerConfig, SamplerStats};
+use crate::shim::protocol::{self, ShimStats};
+use crate::symbolize::{Symbolizer, WarmingSymbols};
+use crate::target::TargetProcess;
+use crate::unwind::StackWalker;
+use collect::Collected;
+use naming::Named;
+use std::time::{Duration, Instant};
+
+pub struct EngineOptions {
+    pub pid: u32,
+    pub frequency_hz: u64,
+    pub stack_size: u32,
+    /// Distinct stacks kept; new ones past it are cut after their longest known prefix.
+    pub max_stacks: usize,
+    /// Kernel call chains (else time in the kernel ends in one `[kernel]` leaf).
+    pub kernel: bool,
+    /// Recompile hot code compiled before the attach, so its inlined frames are exact.
+    pub precise_inlining: bool,
+    /// Where named samples go one by one, keeping each one's time (else samples of the same
+    /// stack and thread are merged into one weighted sample).
+    pub spill: Option<SampleSpill>,
+}
+
+/// Naming work per turn of the sampling loop: the ring buffers hold ~50 ms of samples.
+const NAMING_SLICE: Duration = Duration::from_millis(15);
+
+/// How long a sample waits before it is named: the shim's load record for the code it hit may be
+/// a little behind.
+const NAMING_DELAY_NS: u64 = 2_000_000_000;
+
+/// Threads are rescanned, and the target's liveness checked, this often.
+const RESCAN_EVERY: Duration = Duration::from_millis(200);
+
+pub struct Engine {
+    pid: u32,
+    frequency_hz: u64,
+    sampler: Sampler,
+    live: LiveJvm,
+    walker: StackWalker,
+    collected: Collected,
+    /// Native debug info being opened; the symbolizer once it is ready.
+    warming: Option<WarmingSymbols>,
+    symbolizer: Option<Symbolizer>,
+    named: Named,
+    started: Instant,
+    start_ns: u64,
+    last_naming: Instant,
+    naming_unfinished: bool,
+    last_rescan: Instant,
+    known_threads: usize,
+    precise_requested: bool,
+    /// Why sampling cannot go on (the target exited, its shim stopped serving us).
+    ended: Option<String>,
+}
+
+/// A finished recording: the named profile and what the summary reports about it.
+pub struct Recording {
+    pub profile: Profile,
+    /// Samples named (merged samples count by weight), and the first and last sample times.
+    pub samples: u64,
+    pub window: Option<(u64, u64)>,
+    pub sampled_for: Duration,
+    pub stats: SamplerStats,
+    pub samples_kernel_time: bool,
+    /// Percent of walked stacks that reached a thread root.
+    pub rooted_percent: f64,
+    pub unresolved_compiled: u64,
+    /// Share of samples in JIT code that hit code compiled after the attach (exact inline info).
+    pub precise_percent: f64,
+    pub debug_non_safepoints: bool,
+    /// CPU spent on native debug info (symbol caches built included), and where it came from.
+    pub debug_info_cpu: Duration,
+    pub symbol_caches: String,
+    /// Samples cut at `max_stacks`.
+    pub cut: u64,
+    pub spill: Option<SampleSpill>,
+    pub ended: Option<String>,
+}
+
+impl Engine {
+    /// Check permissions, open the perf events (disabled), attach, then start sampling.
+    pub fn start(opts: EngineOptions) -> Result<Self> {
+        // Permissions first: a user who may not read or sample the JVM is told why before
+        // anything is loaded into it. The perf events stay off until the attach is done.
+        TargetProcess::open(opts.pid)?.maps()?;
+        let mut sampler = Sampler::open(
+            opts.pid,
+            &SamplerConfig {
+                frequency_hz: opts.frequency_hz,
+                stack_size: opts.stack_size,
+                kernel_callchain: opts.kernel,
+                ..Default::default()
+            },
+        )?;
+        sampler.disable();
+        let live = LiveJvm::attach(opts.pid)?;
+        let native = NativeUnwinder::new(&live.process)?;
+        let walker = StackWalker::new(&live.hotspot, native);
+        sampler.enable();
+        let warming = Some(WarmingSymbols::start(&walker.native));
+        Ok(Engine {
+            pid: opts.pid,
+            frequency_hz: opts.frequency_hz,
+            sampler,
+            live,
+            walker,
+            collected: Collected::default(),
+            warming,
+            symbolizer: None,
+            named: Named::new(opts.spill, opts.max_stacks),
+            started: Instant::now(),
+            start_ns: crate::profile::monotonic_now_ns(),
+            last_naming: Instant::now(),
+            naming_unfinished: false,
+            last_rescan: Instant::now(),
+            known_threads: 0,
+            precise_requested: !opts.precise_inlining,
+            ended: None,
+        })
+    }
+
+    /// One turn: wait up to `timeout` for samples, walk them, read the shim's records, name a
+    /// slice of the samples old enough, follow new threads. Trouble that ends sampling is kept
+    /// in [`Engine::ended`]; the caller then finishes.
+    pub fn poll(&mut self, timeout: Duration) -> Result<()> {
+        if self.ended.is_some() {
+            return Ok(());
+        }
+        let (collected, walker) = (&mut self.collected, &mut self.walker);
+        if let Err(e) = self
+            .sampler
+            .poll(timeout, &mut |s| collected.add(walker, s))
+        {
+            self.ended = Some(e.to_string());
+            return Ok(());
+        }
+        let code_before = self.live.state.code_events;
+        if let Err(e) = self.live.pump(Duration::from_millis(1)) {
+            self.ended = Some(e.to_string());
+            return Ok(());
+        }
+        if self.live.state.code_events != code_before {
+            self.walker.code_changed(&self.live.hotspot);
+        }
+        self.follow_new_threads();
+        if self.warming.as_ref().is_some_and(|w| w.is_finished()) {
+            self.symbolizer = self.warming.take().map(|w| self.ready_symbolizer(w));
+        }
+        if self.naming_unfinished || self.last_naming.elapsed() > Duration::from_secs(1) {
+            self.name_a_slice();
+        }
+        if self.last_rescan.elapsed() > RESCAN_EVERY {
+            self.last_rescan = Instant::now();
+            self.sampler.rescan_threads();
+            if !self.live.process.is_alive() {
+                self.ended = Some(format!("process {} exited", self.pid));
+            }
+        }
+        if !self.precise_requested && self.started.elapsed() > Duration::from_secs(1) {
+            self.precise_requested = true;
+            let hot = self.collected.hot_replayed_methods(&self.live);
+            if !hot.is_empty() {
+                self.live
+                    .session
+                    .send(&protocol::encode_retransform(0, &hot))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The shim reports tids of the target's pid namespace; perf wants ours.
+    fn follow_new_threads(&mut self) {
+        let names = &self.live.state.thread_names;
+        if names.len() == self.known_threads {
+            return;
+        }
+        self.known_threads = names.len();
+        let map = self.live.process.ns_tid_map();
+        for tid in names.keys().filter_map(|t| map.get(t)) {
+            let _ = self.sampler.add_thread(*tid);
+        }
+    }
+
+    fn name_a_slice(&mut self) {
+        let Some(symbolizer) = self.symbolizer.as_mut() else {
+            return;
+        };
+        let before = crate::profile::monotonic_now_ns().saturating_sub(NAMING_DELAY_NS);
+        self.naming_unfinished = !self.named.take(
+            &mut self.collected,
+            before,
+            symbolizer,
+            &self.live.state.code,
+            &mut self.walker,
+            Some(NAMING_SLICE),
+        );
+        self.last_naming = Instant::now();
+        // Code may be forgotten only once every sample that could need it was named.
+        if !self.naming_unfinished {
+            match self.live.trim(before) {
+                Ok(()) => symbolizer
+                    .forget_stale_versions(&self.live.state.code, &self.walker.method_names),
+                Err(e) => self.ended = Some(e.to_string()),
+            }
+        }
+    }
+
+    fn ready_symbolizer(&self, warming: WarmingSymbols) -> Symbolizer {
+        let (native, cpu) = warming.join();
+        let mut symbolizer = Symbolizer::new(
+            self.walker.method_layout().cloned(),
+            self.live.hotspot.mem,
+            native,
+        );
+        symbolizer.debug_info_cpu = cpu;
+        symbolizer
+    }
+
+    /// Why sampling cannot go on, if it cannot.
+    pub fn ended(&self) -> Option<&str> {
+        self.ended.as_deref()
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    pub fn stats(&self) -> SamplerStats {
+        self.sampler.stats()
+    }
+
+    /// Distinct stacks so far and samples cut at `max_stacks`.
+    pub fn stacks(&self) -> (usize, u64) {
+        (self.named.profile.stacks.len(), self.named.cut)
+    }
+
+    /// What the shim last reported about its memory in the target.
+    pub fn shim_stats(&self) -> Option<&ShimStats> {
+        self.live.state.shim_stats.as_ref()
+    }
+
+    /// Stop sampling and name everything. Native debug info may still be opening (a first run
+    /// building symbol caches): `waiting` is called every 100 ms meanwhile with what it is doing.
+    pub fn finish(mut self, mut waiting: impl FnMut(&str)) -> Recording {
+        self.sampler.disable();
+        let sampled_for = self.started.elapsed();
+        let (collected, walker) = (&mut self.collected, &mut self.walker);
+        let _ = self
+            .sampler
+            .poll(Duration::ZERO, &mut |s| collected.add(walker, s));
+        // Load records for code sampled at the very end may still be in flight.
+        let _ = self.live.pump(Duration::from_millis(100));
+        while let Some(w) = self.warming.as_ref().filter(|w| !w.is_finished()) {
+            crate::native::symcache::hurry_build();
+            waiting(&w.activity());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let mut symbolizer = match (self.symbolizer.take(), self.warming.take()) {
+            (Some(s), _) => s,
+            (None, Some(w)) => self.ready_symbolizer(w),
+            (None, None) => Symbolizer::new(
+                self.walker.method_layout().cloned(),
+                self.live.hotspot.mem,
+                crate::native::NativeSymbolizer::new(),
+            ),
+        };
+        self.named.take(
+            &mut self.collected,
+            u64::MAX,
+            &mut symbolizer,
+            &self.live.state.code,
+            &mut self.walker,
+            None,
+        );
+        let mut profile = std::mem::take(&mut self.named.profile);
+        profile.period_ns = 1_000_000_000 / self.frequency_hz.max(1);
+        profile.start_ns = self.start_ns;
+        self.name_threads(&mut profile);
+        let named = &mut self.named;
+        Recording {
+            profile,
+            samples: named.count,
+            window: named.first.map(|first| (first, named.last)),
+            sampled_for,
+            stats: self.sampler.stats(),
+            samples_kernel_time: self.sampler.samples_kernel_time(),
+            rooted_percent: 100.0 * self.collected.rooted as f64
+                / self.collected.walked.max(1) as f64,
+            unresolved_compiled: symbolizer.unresolved_compiled,
+            precise_percent: 100.0 * named.precise_hits as f64 / named.jit_top.max(1) as f64,
+            debug_non_safepoints: self.live.debug_non_safepoints,
+            debug_info_cpu: symbolizer.debug_info_cpu + crate::native::symcache::children_cpu(),
+            symbol_caches: symbolizer.native_symbol_caches(),
+            cut: named.cut,
+            spill: named.spill.take(),
+            ended: self.ended.take(),
+        }
+    }
+
+    /// Thread names from `/proc` (comm), overridden by the JVM's own (from the shim).
+    fn name_threads(&self, profile: &mut Profile) {
+        let process = &self.live.process;
+        for tid in process.threads() {
+            if let Some(comm) = process.thread_comm(tid) {
+                profile.thread_names.insert(tid, comm);
+            }
+        }
+        let ns_tids = process.ns_tid_map();
+        profile.thread_names.extend(
+            self.live
+                .state
+                .thread_names
+                .iter()
+                .filter_map(|(ns_tid, name)| Some((*ns_tids.get(ns_tid)?, name.clone()))),
+        );
+    }
+}
