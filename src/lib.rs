@@ -1,22 +1,17 @@
 //! jvmperf: a stack-sampling profiler for HotSpot JVMs on Linux.
 
 pub mod attach;
+pub mod cmd;
 pub mod codemap;
-pub mod convert;
-pub mod diff;
-pub mod doctor;
 pub mod engine;
 pub mod error;
 pub mod hotspot;
 pub mod input;
 pub mod java_names;
-pub mod jitmap;
 pub mod live_jvm;
 pub mod native;
 pub mod output;
 pub mod profile;
-pub mod record;
-pub mod report;
 pub mod sampler;
 pub mod shim;
 pub mod shim_lib;

@@ -161,7 +161,7 @@ fn main() {
             jvmperf::native::symcache::build(&debug_file, &out)
                 .map_err(|e| Error::new(ErrorKind::Internal, e))
         }
-        Command::Doctor { pid } => jvmperf::doctor::run(pid),
+        Command::Doctor { pid } => jvmperf::cmd::doctor::run(pid),
         Command::Record {
             pid,
             duration,
@@ -175,7 +175,7 @@ fn main() {
             max_stacks,
             status_every,
         } => parse_format(format).and_then(|format| {
-            jvmperf::record::run(&jvmperf::record::RecordOptions {
+            jvmperf::cmd::record::run(&jvmperf::cmd::record::RecordOptions {
                 pid,
                 duration: duration.map(seconds),
                 frequency_hz: frequency,
@@ -195,7 +195,7 @@ fn main() {
             perf_map,
             precise_inlining,
             settle,
-        } => jvmperf::jitmap::run(&jvmperf::jitmap::JitmapOptions {
+        } => jvmperf::cmd::jitmap::run(&jvmperf::cmd::jitmap::JitmapOptions {
             pid,
             output,
             perf_map,
@@ -213,14 +213,14 @@ fn main() {
         } => (|| {
             let time = |t: Option<String>| {
                 t.as_deref()
-                    .map(jvmperf::convert::TimeArg::parse)
+                    .map(jvmperf::cmd::convert::TimeArg::parse)
                     .transpose()
             };
-            jvmperf::convert::run(&jvmperf::convert::ConvertOptions {
+            jvmperf::cmd::convert::run(&jvmperf::cmd::convert::ConvertOptions {
                 input,
                 output,
                 format: parse_format(format)?,
-                filter: jvmperf::convert::Filter {
+                filter: jvmperf::cmd::convert::Filter {
                     since: time(since)?,
                     until: time(until)?,
                     threads: thread,
@@ -233,8 +233,8 @@ fn main() {
             threads,
             top,
             sort,
-        } => jvmperf::report::SortBy::parse(&sort).and_then(|sort| {
-            jvmperf::report::run(&jvmperf::report::ReportOptions {
+        } => jvmperf::cmd::report::SortBy::parse(&sort).and_then(|sort| {
+            jvmperf::cmd::report::run(&jvmperf::cmd::report::ReportOptions {
                 input,
                 threads,
                 top,
@@ -249,7 +249,7 @@ fn main() {
             normalize,
             threads,
         } => parse_format(format).and_then(|format| {
-            jvmperf::diff::run(&jvmperf::diff::DiffOptions {
+            jvmperf::cmd::diff::run(&jvmperf::cmd::diff::DiffOptions {
                 before,
                 after,
                 output,

@@ -9,7 +9,7 @@ use crate::bench_jvm::{self, BenchJvm};
 
 const RUNS: usize = 5;
 
-/// The numbers `jitmap` prints about its attach (see `src/jitmap.rs`).
+/// The numbers `jitmap` prints about its attach (see `src/cmd/jitmap.rs`).
 struct AttachReport {
     to_code_map: f64,
     nmethods: u64,
