@@ -2,12 +2,12 @@
 
 pub mod attach;
 pub mod cmd;
-pub mod codemap;
 pub mod engine;
 pub mod error;
 pub mod hotspot;
 pub mod input;
 pub mod java_names;
+pub mod jit;
 pub mod live_jvm;
 pub mod native;
 pub mod output;

@@ -4,7 +4,7 @@
 use crate::attach;
 use crate::error::{err, ErrorKind, Result};
 use crate::hotspot::HotSpot;
-use crate::shim::collector::{JitState, RetransformResult};
+use crate::jit::state::{JitState, RetransformResult};
 use crate::shim::protocol;
 use crate::shim::session::ShimSession;
 use crate::target::TargetProcess;

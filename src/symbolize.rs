@@ -3,9 +3,9 @@
 //! symbolizer, kernel frames through kallsyms. Frames are interned into the profile once per distinct
 //! address (and code version); naming a sample is a few hash lookups.
 
-use crate::codemap::{CodeEntry, CodeKind, CodeMap};
 use crate::hotspot::method::{MethodLayout, MethodName, MethodNames};
 use crate::java_names::class_name;
+use crate::jit::codemap::{CodeEntry, CodeKind, CodeMap};
 use crate::native::{KernelSymbols, NativeSymbolizer, NativeUnwinder};
 use crate::profile::{Frame, FrameId, FrameKind, Profile};
 use crate::target::ProcessMemory;

@@ -4,7 +4,7 @@
 #![no_main]
 
 use jvmperf::java_names;
-use jvmperf::shim::collector::JitState;
+use jvmperf::jit::state::JitState;
 use jvmperf::shim::protocol::{decode_frame, first_frame, Record};
 use libfuzzer_sys::fuzz_target;
 

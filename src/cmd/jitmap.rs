@@ -1,9 +1,9 @@
 //! `jvmperf jitmap`: print the target's JIT code — stubs and nmethods with their inline trees and
 //! line numbers — and optionally write a Linux perf map.
 
-use crate::codemap::{CodeEntry, CodeKind, CodeMap};
 use crate::error::{Error, ErrorKind, Result};
 use crate::java_names::readable_params;
+use crate::jit::codemap::{CodeEntry, CodeKind, CodeMap};
 use crate::live_jvm::{imprecise_application_methods, monotonic_now, LiveJvm};
 use std::collections::HashSet;
 use std::io::Write;

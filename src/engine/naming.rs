@@ -1,7 +1,7 @@
 //! Naming walked samples into the profile: frames and stacks interned, samples merged or spilled.
 
 use super::collect::{Collected, RawSample};
-use crate::codemap::CodeMap;
+use crate::jit::codemap::CodeMap;
 use crate::output::raw::SampleSpill;
 use crate::profile::{Frame, FrameId, FrameKind, Profile, Sample};
 use crate::symbolize::Symbolizer;

@@ -1,7 +1,7 @@
 //! Folding the shim's records into the daemon's state: the code map, thread names, and counters.
 
-use super::protocol::{Frame, Record, ShimStats};
-use crate::codemap::CodeMap;
+use crate::jit::codemap::CodeMap;
+use crate::shim::protocol::{Frame, Record, ShimStats};
 use std::collections::HashMap;
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
