@@ -1,4 +1,5 @@
-//! HotSpot's dynamic attach protocol (the client side of `jcmd`/`jattach`), see hotspot-notes §1:
+//! HotSpot's dynamic attach protocol (the client side of `jcmd`/`jattach`; HotSpot's
+//! `attachListener_linux.cpp`):
 //! trigger file + SIGQUIT starts the JVM's Attach Listener, which serves `/tmp/.java_pid<nspid>`; a v1
 //! request is `"1\0<cmd>\0<arg1>\0<arg2>\0<arg3>\0"` and the reply is a status line plus free text.
 

@@ -17,4 +17,4 @@ pub mod shim;
 pub mod shim_lib;
 pub mod symbolize;
 pub mod target;
-pub mod unwind;
+pub mod walker;

@@ -9,7 +9,7 @@ use crate::jit::codemap::{CodeEntry, CodeKind, CodeMap};
 use crate::native::{KernelSymbols, NativeSymbolizer, NativeUnwinder};
 use crate::profile::{Frame, FrameId, FrameKind, Profile};
 use crate::target::ProcessMemory;
-use crate::unwind::{RawFrame, StackWalker};
+use crate::walker::{RawFrame, StackWalker};
 use foldhash::{HashMap, HashSet};
 use nix::time::{clock_gettime, ClockId};
 use std::sync::Arc;

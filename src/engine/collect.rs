@@ -2,7 +2,7 @@
 //! address; names depend on time) and the samples that point at them.
 
 use crate::live_jvm::LiveJvm;
-use crate::unwind::{RawFrame, StackWalker};
+use crate::walker::{RawFrame, StackWalker};
 use foldhash::HashMap;
 
 /// A sample as walked, before symbolization.

@@ -18,7 +18,7 @@ use crate::sampler::{Sampler, SamplerConfig, SamplerStats};
 use crate::shim::protocol::{self, ShimStats};
 use crate::symbolize::{Symbolizer, WarmingSymbols};
 use crate::target::TargetProcess;
-use crate::unwind::StackWalker;
+use crate::walker::StackWalker;
 use collect::Collected;
 use naming::Named;
 use std::time::{Duration, Instant};

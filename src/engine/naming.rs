@@ -5,7 +5,7 @@ use crate::jit::codemap::CodeMap;
 use crate::output::raw::SampleSpill;
 use crate::profile::{Frame, FrameId, FrameKind, Profile, Sample};
 use crate::symbolize::Symbolizer;
-use crate::unwind::StackWalker;
+use crate::walker::StackWalker;
 use foldhash::HashMap;
 use std::time::{Duration, Instant};
 

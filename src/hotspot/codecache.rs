@@ -1,6 +1,7 @@
 //! The JIT code cache seen from outside: which CodeBlob contains a pc, and the blob's frame facts.
 //! Layout from VMStructs (JDK `code/codeBlob.hpp`, `memory/heap.hpp`); the segment-map walk follows
-//! hotspot-notes §3 (as async-profiler's `findNMethod` and the OTel profiler do).
+//! `CodeHeap::find_blob` in HotSpot's `memory/heap.cpp` (as async-profiler's `findNMethod` and the
+//! OTel profiler do).
 
 use super::vmstructs::VmStructs;
 use crate::target::TargetMemory;

@@ -1,5 +1,6 @@
 //! Reading a `Method*` from the target: holder class, name, signature, bytecode bounds and the line
-//! table (JDK `oops/method.hpp`, `oops/constMethod.hpp`; encoding per hotspot-notes §3).
+//! table (JDK `oops/method.hpp`, `oops/constMethod.hpp`; the line table's encoding is
+//! `CompressedLineNumberReadStream` in `oops/method.hpp`).
 
 use super::vmstructs::VmStructs;
 use crate::target::TargetMemory;

@@ -9,6 +9,7 @@
 
 pub mod codecache;
 pub mod flags;
+pub mod frame;
 pub mod libjvm;
 pub mod method;
 pub mod vmstructs;

@@ -1,8 +1,10 @@
 //! Mixed-mode stack walking: HotSpot frames (compiled, interpreted, stubs) by their frame layout read
 //! through VMStructs, native frames by DWARF CFI (framehop), one frame at a time, so Java → native →
-//! Java transitions work in both directions. x86_64 only. Layout facts: hotspot-notes §3.
+//! Java transitions work in both directions. x86_64 only. Frame layout facts are in
+//! `crate::hotspot::frame` (HotSpot's `frame_x86.hpp`).
 
 use crate::hotspot::codecache::{BlobInfo, BlobKind, CodeCache};
+use crate::hotspot::frame::{self, INTERP_BCP, INTERP_METHOD, INTERP_SENDER_SP};
 use crate::hotspot::method::{MethodLayout, MethodNames};
 use crate::hotspot::HotSpot;
 use crate::native::{NativeRegs, NativeUnwinder, StepOutcome};
@@ -12,12 +14,6 @@ use foldhash::HashMap;
 use std::sync::Arc;
 
 const MAX_FRAMES: usize = 4096;
-
-/// Interpreter frame slots in words from rbp, x86_64, JDK 9+ (`frame_x86.hpp`; VMStructs exports
-/// only the sender-sp and last-sp slots).
-const INTERP_SENDER_SP: i64 = -1;
-const INTERP_METHOD: i64 = -3;
-const INTERP_BCP: i64 = -8;
 
 /// One frame as found on the stack, before names are attached.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -101,7 +97,7 @@ pub struct StackWalker {
     pub method_names: MethodNames,
     /// The first bytes of compiled code at a top frame's pc (is it returning?), per pc: code
     /// bytes only change when the code cache does.
-    code_bytes: HashMap<u64, Option<[u8; 3]>>,
+    code_bytes: HashMap<u64, Option<[u8; frame::EPILOGUE_BYTES]>>,
     /// `Method*` → its bytecodes (start, size) as last read. A frame whose bcp lies inside them
     /// needs no read: a `Method*` reused for another method has other bytecodes, which its frames'
     /// bcps point into, and is read again.
@@ -115,10 +111,7 @@ const MAX_CACHED: usize = 1 << 16;
 impl StackWalker {
     pub fn new(hotspot: &HotSpot, native: NativeUnwinder) -> Self {
         let vs = &hotspot.vmstructs;
-        let call_stub_return = vs
-            .address("StubRoutines", "_call_stub_return_address")
-            .and_then(|a| hotspot.mem.read_u64(a).ok())
-            .unwrap_or(0);
+        let call_stub_return = frame::call_stub_return_address(vs, &hotspot.mem).unwrap_or(0);
         StackWalker {
             native,
             code_cache: CodeCache::discover(vs, &hotspot.mem),
@@ -322,21 +315,17 @@ impl StackWalker {
             }
             let mem = self.mem;
             let code = *self.code_bytes.entry(r.pc).or_insert_with(|| {
-                let mut code = [0u8; 3];
+                let mut code = [0u8; frame::EPILOGUE_BYTES];
                 mem.read(r.pc, &mut code).ok().map(|()| code)
             });
-            if let Some(code) = code {
-                match code {
-                    // ret, or the return poll (`cmp rsp,[r15+d]` / `ja`) after the frame was popped.
-                    [0xc3, ..] | [0x49, 0x3b, 0xa7] | [0x0f, 0x87, _] | [0x4d, 0x8b, 0x97] => {
-                        if let Some(c) = ret_at_sp(self)? {
-                            return Ok(c);
-                        }
+            match code.map(frame::epilogue_at) {
+                Some(frame::Epilogue::FramePopped) => {
+                    if let Some(c) = ret_at_sp(self)? {
+                        return Ok(c);
                     }
-                    // pop rbp
-                    [0x5d, ..] => return after_push(),
-                    _ => {}
                 }
+                Some(frame::Epilogue::PopRbp) => return after_push(),
+                _ => {}
             }
         }
         if blob.frame_size < 16 {
