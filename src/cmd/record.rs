@@ -3,8 +3,7 @@
 
 use crate::engine::{Engine, EngineOptions, Recording};
 use crate::error::{Error, ErrorKind, Result};
-use crate::output::raw::{self, SampleSpill};
-use crate::output::{self, Format, OutputOptions};
+use crate::output::{self, Format, OutputOptions, SampleSpill};
 use crate::sampler::SamplerStats;
 use crate::shim::protocol::ShimStats;
 use std::io::IsTerminal;
@@ -43,7 +42,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
     let spill = (format == Format::Raw)
         .then(|| {
             SampleSpill::create(
-                &raw::spill_dir(&opts.output),
+                &output::spill_dir(&opts.output),
                 crate::profile::monotonic_now_ns(),
             )
         })
@@ -109,7 +108,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         ));
     }
     match recording.spill.take() {
-        Some(spill) => raw::save_streamed(&recording.profile, spill, &opts.output)?,
+        Some(spill) => output::save_streamed(&recording.profile, spill, &opts.output)?,
         None => output::save_recording(
             &recording.profile,
             format,

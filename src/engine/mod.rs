@@ -12,7 +12,7 @@ mod naming;
 use crate::error::Result;
 use crate::live_jvm::LiveJvm;
 use crate::native::NativeUnwinder;
-use crate::output::raw::SampleSpill;
+use crate::output::SampleSpill;
 use crate::profile::Profile;
 use crate::sampler::{Sampler, SamplerConfig, SamplerStats};
 use crate::shim::protocol::{self, ShimStats};

@@ -2,7 +2,7 @@
 
 use super::collect::{Collected, RawSample};
 use crate::jit::codemap::CodeMap;
-use crate::output::raw::SampleSpill;
+use crate::output::SampleSpill;
 use crate::profile::{Frame, FrameId, FrameKind, Profile, Sample};
 use crate::symbolize::Symbolizer;
 use crate::walker::StackWalker;

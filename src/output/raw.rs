@@ -25,19 +25,16 @@
 //!
 //! Later minor versions may append fields after the samples; readers ignore them.
 //!
-//! A recording in progress keeps its named samples in a [`SampleSpill`] on disk, not in memory, and
-//! [`save_streamed`] writes the file from it at the end.
+//! A recording in progress keeps its named samples in a spill file on disk, not in memory
+//! (`output::spill`), and writes the file from it at the end.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::profile::{Frame, FrameKind, Profile, Sample, MAX_WEIGHT};
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
-use flate2::{Compression, Crc, CrcWriter};
-use std::collections::{HashMap, HashSet};
-use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Read, Seek, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use flate2::{Compression, Crc};
+use std::collections::HashMap;
+use std::io::{Read, Write};
 use std::sync::Arc;
 
 pub const MAGIC: &[u8; 8] = b"JVMPERF\0";
@@ -48,7 +45,7 @@ const HEADER_LEN: usize = 24;
 /// Larger bodies are refused rather than allocated (a corrupt length).
 const MAX_BODY: u64 = 1 << 36;
 
-fn put(buf: &mut Vec<u8>, mut v: u64) {
+pub(super) fn put(buf: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         buf.push(v as u8 | 0x80);
         v >>= 7;
@@ -56,11 +53,11 @@ fn put(buf: &mut Vec<u8>, mut v: u64) {
     buf.push(v as u8);
 }
 
-fn zigzag(v: i64) -> u64 {
+pub(super) fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
 }
 
-fn unzigzag(v: u64) -> i64 {
+pub(super) fn unzigzag(v: u64) -> i64 {
     (v >> 1) as i64 ^ -((v & 1) as i64)
 }
 
@@ -89,7 +86,7 @@ fn kind_code(kind: FrameKind) -> u8 {
 
 /// Everything before the samples (period, start, strings, threads, frames, stacks), and the thread
 /// table index of each tid. The thread table holds `sample_tids` and every named thread.
-fn tables(
+pub(super) fn tables(
     profile: &Profile,
     sample_tids: impl Iterator<Item = u32>,
 ) -> (Vec<u8>, HashMap<u32, u64>) {
@@ -151,7 +148,7 @@ fn tables(
 
 /// One sample as the format stores it, `thread` being its thread table index; `prev` is the time
 /// of the sample before (the start time for the first).
-fn put_sample(buf: &mut Vec<u8>, prev: &mut u64, s: &Sample, thread: u64) {
+pub(super) fn put_sample(buf: &mut Vec<u8>, prev: &mut u64, s: &Sample, thread: u64) {
     put(buf, zigzag(s.time.wrapping_sub(*prev) as i64));
     *prev = s.time;
     put(buf, thread);
@@ -159,7 +156,7 @@ fn put_sample(buf: &mut Vec<u8>, prev: &mut u64, s: &Sample, thread: u64) {
     put(buf, s.weight);
 }
 
-fn header(body_crc: u32, body_len: u64) -> Vec<u8> {
+pub(super) fn header(body_crc: u32, body_len: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&[MAJOR, MINOR, FLAG_GZIP, 0]);
@@ -184,115 +181,8 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
         .map_err(|e| Error::new(ErrorKind::Output, format!("cannot compress: {e}")))
 }
 
-/// The named samples of a recording in progress, in an unlinked temporary file (gzip-compressed,
-/// in the sample encoding of the format but with tids for thread indices), so memory does not grow
-/// with the recording's length.
-pub struct SampleSpill {
-    out: GzEncoder<BufWriter<File>>,
-    dir: PathBuf,
-    start_ns: u64,
-    prev: u64,
-    count: u64,
-    tids: HashSet<u32>,
-    buf: Vec<u8>,
-    failed: Option<std::io::Error>,
-}
-
-impl SampleSpill {
-    /// A spill file in `dir` (next to the output: on the disk the output will need anyway). It is
-    /// unlinked at once, so nothing is left behind however the recording ends.
-    pub fn create(dir: &Path, start_ns: u64) -> Result<Self> {
-        let path = dir.join(format!(".jvmperf-samples.{}.partial", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| spill_error(dir, &e))?;
-        let _ = std::fs::remove_file(&path);
-        Ok(SampleSpill {
-            out: GzEncoder::new(BufWriter::new(file), Compression::fast()),
-            dir: dir.to_path_buf(),
-            start_ns,
-            prev: start_ns,
-            count: 0,
-            tids: HashSet::new(),
-            buf: Vec::with_capacity(32),
-            failed: None,
-        })
-    }
-
-    /// Append a sample. A write error is kept and reported by [`save_streamed`].
-    pub fn push(&mut self, s: &Sample) {
-        if self.failed.is_some() {
-            return;
-        }
-        self.buf.clear();
-        put_sample(&mut self.buf, &mut self.prev, s, s.tid as u64);
-        match self.out.write_all(&self.buf) {
-            Ok(()) => {
-                self.count += 1;
-                self.tids.insert(s.tid);
-            }
-            Err(e) => self.failed = Some(e),
-        }
-    }
-
-    /// The samples in a finished spill `file`, read back in order.
-    fn replay(
-        mut file: &File,
-        start_ns: u64,
-    ) -> std::io::Result<impl Iterator<Item = std::io::Result<Sample>> + '_> {
-        file.rewind()?;
-        let mut r = BufReader::new(GzDecoder::new(BufReader::new(file)));
-        let mut time = start_ns;
-        Ok(std::iter::from_fn(move || {
-            let next = (|| {
-                if r.fill_buf()?.is_empty() {
-                    return Ok(None);
-                }
-                let delta = unzigzag(read_varint(&mut r)?) as u64;
-                let tid = read_varint(&mut r)? as u32;
-                let stack = read_varint(&mut r)? as u32;
-                let weight = read_varint(&mut r)?;
-                time = time.wrapping_add(delta);
-                Ok(Some(Sample {
-                    time,
-                    tid,
-                    stack,
-                    weight,
-                }))
-            })();
-            next.transpose()
-        }))
-    }
-}
-
-fn spill_error(dir: &Path, e: &std::io::Error) -> Error {
-    Error::new(
-        ErrorKind::Output,
-        format!(
-            "cannot keep the recording's samples in {}: {e} (a .jvmperf recording spools its samples next to the output: free space there or choose another -o)",
-            dir.display()
-        ),
-    )
-}
-
-fn read_varint(r: &mut impl Read) -> std::io::Result<u64> {
-    let next = || {
-        let mut b = [0u8];
-        r.read_exact(&mut b).map(|()| b[0])
-    };
-    decode_varint(next, || {
-        std::io::Error::other("bad number in the sample spill")
-    })
-}
-
 /// A LEB128 `u64` (as [`put`] writes it) from `next` bytes; `bad()` when it does not fit.
-fn decode_varint<E>(
+pub(super) fn decode_varint<E>(
     mut next: impl FnMut() -> std::result::Result<u8, E>,
     bad: impl FnOnce() -> E,
 ) -> std::result::Result<u64, E> {
@@ -308,68 +198,6 @@ fn decode_varint<E>(
         }
     }
     Err(bad())
-}
-
-/// Write `profile`'s frames, stacks and threads with the samples in `spill` (the profile's own
-/// samples are not used) as a `.jvmperf` file at `path`: a temporary file renamed when complete,
-/// or written in place when `path` is not a regular file (`/dev/null`).
-pub fn save_streamed(profile: &Profile, spill: SampleSpill, path: &Path) -> Result<()> {
-    let SampleSpill {
-        out,
-        dir,
-        start_ns,
-        count,
-        tids,
-        failed,
-        ..
-    } = spill;
-    let spilled = match failed {
-        Some(e) => Err(e),
-        None => out
-            .finish()
-            .and_then(|w| w.into_inner().map_err(|e| e.into_error())),
-    };
-    let file = spilled.map_err(|e| spill_error(&dir, &e))?;
-    let (tables, threads) = tables(profile, tids.into_iter());
-    let body = |w: &mut dyn Write| -> std::io::Result<()> {
-        w.write_all(&tables)?;
-        let mut buf = Vec::with_capacity(64 << 10);
-        put(&mut buf, count);
-        let mut prev = profile.start_ns;
-        for s in SampleSpill::replay(&file, start_ns)? {
-            let s = s?;
-            let thread = *threads
-                .get(&s.tid)
-                .ok_or_else(|| std::io::Error::other("a spilled sample's thread is unknown"))?;
-            put_sample(&mut buf, &mut prev, &s, thread);
-            if buf.len() >= 60 << 10 {
-                w.write_all(&buf)?;
-                buf.clear();
-            }
-        }
-        w.write_all(&buf)
-    };
-    let mut crc = CrcWriter::new(std::io::sink());
-    body(&mut crc).map_err(|e| spill_error(&dir, &e))?;
-    let (body_crc, body_len) = (crc.crc().sum(), crc.crc().amount() as u64);
-    super::write_with(path, |f| {
-        f.write_all(&header(body_crc, body_len))?;
-        let mut gz = GzEncoder::new(BufWriter::new(f), Compression::fast());
-        body(&mut gz)?;
-        gz.finish()?.flush()
-    })
-}
-
-/// Where a recording to `output` spools its samples: next to it, or in the temporary directory
-/// when `output` is not a regular file (`/dev/null`).
-pub fn spill_dir(output: &Path) -> PathBuf {
-    if std::fs::metadata(output).is_ok_and(|m| !m.file_type().is_file()) {
-        return std::env::temp_dir();
-    }
-    match output.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
 }
 
 fn corrupt(what: impl std::fmt::Display) -> Error {
@@ -580,7 +408,7 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     pub(crate) fn fixture() -> Profile {
@@ -631,56 +459,6 @@ mod tests {
         assert_eq!(q.samples, p.samples);
         assert_eq!(q.thread_names, p.thread_names);
         assert_eq!((q.period_ns, q.start_ns), (p.period_ns, p.start_ns));
-    }
-
-    #[test]
-    fn streamed_recording_equals_the_rendered_one() {
-        let p = fixture();
-        let dir = std::env::temp_dir().join(format!("jvmperf-spill-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut spill = SampleSpill::create(&dir, p.start_ns).unwrap();
-        for s in &p.samples {
-            spill.push(s);
-        }
-        assert_eq!(
-            std::fs::read_dir(&dir).unwrap().count(),
-            0,
-            "the spill is unlinked from the start"
-        );
-        let out = dir.join("r.jvmperf");
-        let mut tables_only = p.clone();
-        tables_only.samples.clear();
-        save_streamed(&tables_only, spill, &out).unwrap();
-        let q = parse(&std::fs::read(&out).unwrap()).unwrap();
-        assert_eq!((q.frames, q.stacks), (p.frames.clone(), p.stacks.clone()));
-        assert_eq!(
-            (q.samples, q.thread_names),
-            (p.samples.clone(), p.thread_names.clone())
-        );
-        save_streamed(
-            &tables_only,
-            SampleSpill::create(&dir, 0).unwrap(),
-            Path::new("/dev/null"),
-        )
-        .unwrap();
-        let e = save_streamed(
-            &p,
-            SampleSpill::create(&dir, 0).unwrap(),
-            Path::new("/dev/full"),
-        )
-        .unwrap_err();
-        assert!(
-            e.message.contains("cannot write /dev/full"),
-            "{}",
-            e.message
-        );
-        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
-        assert_eq!(names.len(), 1, "only the output: {names:?}");
-        std::fs::remove_dir_all(&dir).unwrap();
-        let e = SampleSpill::create(Path::new("/nonexistent-jvmperf"), 0)
-            .err()
-            .unwrap();
-        assert!(e.message.contains("cannot keep the recording's samples"));
     }
 
     #[test]
