@@ -1,8 +1,9 @@
 //! jvmperf: a stack-sampling profiler for HotSpot JVMs on Linux.
 
-pub mod attach;
+pub(crate) mod attach;
+pub(crate) mod cli;
 pub mod cmd;
-pub mod engine;
+pub(crate) mod engine;
 pub mod error;
 pub mod hotspot;
 pub mod input;
@@ -10,11 +11,11 @@ pub mod java_names;
 pub mod jit;
 pub mod live_jvm;
 pub mod native;
-pub mod output;
+pub(crate) mod output;
 pub mod profile;
 pub mod sampler;
 pub mod shim;
-pub mod shim_lib;
-pub mod symbolize;
+pub(crate) mod shim_lib;
+pub(crate) mod symbolize;
 pub mod target;
-pub mod walker;
+pub(crate) mod walker;

@@ -53,20 +53,34 @@ impl TimeArg {
     }
 }
 
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, clap::Args)]
 pub struct Filter {
+    /// Keep samples from this time on: seconds from the start of the recording, or an absolute
+    /// System.nanoTime value.
+    #[arg(long, value_name = "T", value_parser = TimeArg::parse)]
     pub since: Option<TimeArg>,
+    /// Keep samples before this time (same forms as --since).
+    #[arg(long, value_name = "T", value_parser = TimeArg::parse)]
     pub until: Option<TimeArg>,
-    /// Keep only threads with one of these names (all when empty).
+    /// Keep only threads with this name (repeatable).
+    #[arg(id = "thread", long = "thread", value_name = "NAME")]
     pub threads: Vec<String>,
 }
 
+#[derive(clap::Args)]
 pub struct ConvertOptions {
+    /// The profile to read.
     pub input: PathBuf,
+    /// Output file; the format follows the extension (.collapsed, .txt, .svg, .iprof, .pb.gz,
+    /// .jvmperf) unless --format.
+    #[arg(short, long)]
     pub output: PathBuf,
+    #[arg(long, value_enum)]
     pub format: Option<Format>,
+    #[command(flatten)]
     pub filter: Filter,
-    /// Thread names as root frames (collapsed, SVG).
+    /// Add the thread name as each stack's root frame.
+    #[arg(long)]
     pub threads: bool,
 }
 

@@ -8,14 +8,23 @@ use crate::input;
 use crate::output::{self, collapsed, flamegraph, Format, OutputOptions};
 use std::path::PathBuf;
 
+#[derive(clap::Args)]
 pub struct DiffOptions {
+    /// The profile before the change.
     pub before: PathBuf,
+    /// The profile after the change.
     pub after: PathBuf,
+    /// Output file: .svg, or .collapsed for differential folded lines.
+    #[arg(short, long)]
     pub output: PathBuf,
+    /// svg or collapsed.
+    #[arg(long, value_enum)]
     pub format: Option<Format>,
-    /// Scale BEFORE to AFTER's sample count, so shares are compared rather than counts.
+    /// Scale BEFORE to the sample count of AFTER.
+    #[arg(long)]
     pub normalize: bool,
-    /// Thread names as root frames.
+    /// Add the thread name as each stack's root frame.
+    #[arg(long)]
     pub threads: bool,
 }
 

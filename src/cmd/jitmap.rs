@@ -10,12 +10,23 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
+#[derive(clap::Args)]
 pub struct JitmapOptions {
+    /// Process id of the JVM.
+    #[arg(short, long)]
     pub pid: u32,
+    /// Write the map here instead of stdout.
+    #[arg(short, long)]
     pub output: Option<PathBuf>,
+    /// Also write /tmp/perf-<pid>.map for Linux perf.
+    #[arg(long)]
     pub perf_map: bool,
+    /// Recompile application code compiled before the attach, so every pc maps to its exact
+    /// inlined chain (retransforms the classes with unchanged bytes).
+    #[arg(long)]
     pub precise_inlining: bool,
-    /// How long to wait for recompilation after forcing it.
+    /// Seconds to wait for that recompilation.
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = crate::cli::seconds)]
     pub settle: Duration,
 }
 

@@ -12,19 +12,49 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[derive(clap::Args)]
 pub struct RecordOptions {
+    /// Process id of the JVM.
+    #[arg(short, long)]
     pub pid: u32,
+    /// Seconds to record; without it, until Ctrl-C or SIGTERM.
+    #[arg(short, long, value_name = "SECONDS", value_parser = crate::cli::seconds)]
     pub duration: Option<Duration>,
+    /// Samples per second per thread.
+    #[arg(
+        short = 'F',
+        long = "frequency",
+        value_name = "HZ",
+        default_value_t = 99
+    )]
     pub frequency_hz: u64,
+    /// Bytes of user stack copied per sample (multiple of 8, at most 65528); frames beyond it
+    /// are read from the live stack.
+    #[arg(long, default_value_t = 32768)]
     pub stack_size: u32,
-    /// Distinct stacks kept; new ones past it are cut after their longest known prefix.
-    pub max_stacks: usize,
+    /// Keep at most this many distinct stacks: past it, a new stack is cut after its longest
+    /// known prefix and ends in a `[truncated: --max-stacks]` frame, so memory stays bounded
+    /// however long the recording runs.
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_stacks: u32,
+    /// Output file; the format follows the extension (.collapsed, .txt, .svg, .iprof, .pb.gz,
+    /// .jvmperf) unless --format.
+    #[arg(short, long, default_value = "profile.svg")]
     pub output: PathBuf,
+    #[arg(long, value_enum)]
     pub format: Option<Format>,
+    /// Add the thread name as each stack's root frame.
+    #[arg(long)]
     pub threads: bool,
+    /// Include kernel frames (needs perf_event_paranoid <= 1 or CAP_PERFMON).
+    #[arg(long)]
     pub kernel: bool,
+    /// Recompile hot code compiled before the attach so inlined frames are exact.
+    #[arg(long)]
     pub precise_inlining: bool,
-    /// Print a status line (samples, lost, stacks, memory) to stderr this often.
+    /// Print a status line to stderr every this many seconds: samples, lost, distinct stacks,
+    /// jvmperf's memory and the shim's memory inside the JVM.
+    #[arg(long, value_name = "SECONDS", value_parser = crate::cli::seconds)]
     pub status_every: Option<Duration>,
 }
 
@@ -51,7 +81,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         pid: opts.pid,
         frequency_hz: opts.frequency_hz,
         stack_size: opts.stack_size,
-        max_stacks: opts.max_stacks,
+        max_stacks: opts.max_stacks as usize,
         kernel: opts.kernel,
         precise_inlining: opts.precise_inlining,
         spill,

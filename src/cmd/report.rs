@@ -6,37 +6,34 @@
 //! compiled, inlined and interpreted frames of one method add up, and the numbers are the same
 //! whichever format the profile was read from.
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::Result;
 use crate::input::{self, Recording};
 use crate::profile::{FrameKind, Profile, Sample};
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::path::PathBuf;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SortBy {
+    /// Samples where the method is the leaf.
+    #[value(name = "self")]
     SelfSamples,
+    /// Samples with the method anywhere on the stack.
     Total,
 }
 
-impl SortBy {
-    pub fn parse(s: &str) -> Result<Self> {
-        match s {
-            "self" => Ok(SortBy::SelfSamples),
-            "total" => Ok(SortBy::Total),
-            other => Err(Error::new(
-                ErrorKind::Usage,
-                format!("unknown sort order {other:?} (use self or total)"),
-            )),
-        }
-    }
-}
-
+#[derive(clap::Args)]
 pub struct ReportOptions {
+    /// The profile to read (.jvmperf, .iprof, .pb.gz, .collapsed).
     pub input: PathBuf,
+    /// One table per thread.
+    #[arg(long)]
     pub threads: bool,
-    /// Rows per table; 0 = all.
+    /// Rows per table (0 = all).
+    #[arg(long, default_value_t = 30)]
     pub top: usize,
+    /// Order by self or total samples.
+    #[arg(long, value_enum, default_value = "self")]
     pub sort: SortBy,
 }
 

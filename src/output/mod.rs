@@ -11,19 +11,25 @@ mod spill;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::profile::Profile;
-pub use file::{check_writable, save, save_recording, write_error, write_file, write_with};
+pub use file::{check_writable, save, save_recording, write_file, write_with};
 pub use spill::{save_streamed, spill_dir, SampleSpill};
 use std::path::Path;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
+    /// Folded stacks, one `frame;frame;… count` line per stack.
+    #[value(alias = "txt")]
     Collapsed,
+    /// Flame graph.
+    #[value(alias = "flamegraph")]
     Svg,
     /// GraalVM iprof (JSON), for profile-guided native images.
     Iprof,
     /// Gzipped pprof `profile.proto`.
+    #[value(alias = "pb.gz")]
     Pprof,
     /// jvmperf's own recording: every sample with its time and thread.
+    #[value(name = "jvmperf", alias = "raw")]
     Raw,
 }
 
@@ -34,22 +40,6 @@ pub struct OutputOptions {
 const EXTENSIONS: &str = ".collapsed, .txt, .svg, .iprof, .pb.gz or .jvmperf";
 
 impl Format {
-    pub fn parse(name: &str) -> Result<Self> {
-        match name {
-            "collapsed" | "txt" => Ok(Format::Collapsed),
-            "svg" | "flamegraph" => Ok(Format::Svg),
-            "iprof" => Ok(Format::Iprof),
-            "pprof" | "pb.gz" => Ok(Format::Pprof),
-            "jvmperf" | "raw" => Ok(Format::Raw),
-            other => Err(Error::new(
-                ErrorKind::Usage,
-                format!(
-                    "unknown output format {other:?} (use collapsed, svg, iprof, pprof or jvmperf)"
-                ),
-            )),
-        }
-    }
-
     pub fn from_path(path: &Path) -> Result<Self> {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         if name.ends_with(".pb.gz") {
@@ -126,7 +116,9 @@ mod tests {
             let e = Format::from_path(Path::new(bad)).unwrap_err();
             assert!(e.message.contains(".pb.gz or .jvmperf"), "{}", e.message);
         }
-        assert_eq!(Format::parse("pprof").unwrap(), Format::Pprof);
-        assert!(Format::parse("json").is_err());
+        use clap::ValueEnum;
+        assert_eq!(Format::from_str("pprof", false), Ok(Format::Pprof));
+        assert_eq!(Format::from_str("txt", false), Ok(Format::Collapsed));
+        assert!(Format::from_str("json", false).is_err());
     }
 }
