@@ -94,16 +94,7 @@ pub fn many_classpath() -> String {
 /// utime + stime of a whole process (its exited threads included), from `/proc/<pid>/stat`
 /// (USER_HZ = 100 on Linux).
 pub fn proc_cpu_secs(pid: u32) -> Option<f64> {
-    stat_cpu_secs(&format!("/proc/{pid}/stat"))
-}
-
-/// utime + stime of one thread of a process.
-pub fn thread_cpu_secs(pid: u32, tid: u32) -> Option<f64> {
-    stat_cpu_secs(&format!("/proc/{pid}/task/{tid}/stat"))
-}
-
-fn stat_cpu_secs(path: &str) -> Option<f64> {
-    let stat = std::fs::read_to_string(path).ok()?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
     let utime: f64 = fields.next()?.parse().ok()?;
     let stime: f64 = fields.next()?.parse().ok()?;

@@ -1,37 +1,43 @@
-//! `cargo xtask bench record`: what one sample of `jvmperf record -F 5000` costs on a busy 2-thread
-//! JVM, with JFR's method sampling measured the same way as the peer.
+//! `cargo xtask bench record`: what one sample costs a busy 2-thread JVM, all-in, for a 6 s
+//! `jvmperf record -F 5000` with its one-off costs, and for peers measured in the same run: bare
+//! `perf record -e cpu-clock` (no stacks), `perf record --call-graph dwarf,8192` and JFR.
 //!
-//! One `bench.Throughput` JVM (2 threads of fixed-size work units, a `WORK <nanoTime> <units>`
-//! line every 100 ms) runs `ROUNDS` x (unprofiled, jvmperf, unprofiled, JFR) plus a final
-//! unprofiled run, `RUN_SECS` each, so every profiled run sits between two unprofiled ones. Only
-//! the steady state counts: the work done between two WORK lines inside the sampling window
-//! (after the first sample / `JFR.start` returned, up to the last sample / `JFR.stop`).
+//! The cost is measured by wall-clock throughput. One `bench.Throughput` JVM (2 threads of
+//! fixed-size work units, a `WORK <nanoTime> <units>` line every 100 ms) runs rounds of
+//! (idle, jvmperf, idle, perf, idle, perf dwarf, idle, JFR) and a last idle window, so every
+//! profiled window has an unprofiled (idle) window on both sides. Profilers and JVM share the
+//! machine's 2 cores, unpinned. A profiled window is the whole time the profiler runs: from
+//! spawning it to its exit (JFR: from spawning `jcmd JFR.start` to the exit of `jcmd JFR.stop`
+//! 6 s later), so attach, debug-info loading, naming and writing are inside it. The first round
+//! pays per-JVM one-offs (jvmperf loads its agent, the first `JFR.start` initializes JFR): it is
+//! printed but not in the medians.
 //!
-//! Work is measured per CPU-second of the JVM process, not per wall second: the machine is shared,
-//! and other load changes how much CPU the JVM gets far more than a profiler does. The CPU a
-//! profiler costs the JVM (perf interrupts and stack copies are charged to the interrupted
-//! thread; JFR's sampler thread is a JVM thread) lowers the work per JVM CPU-second; jvmperf's own
-//! CPU is measured separately, so the two add up without counting anything twice.
+//! Work is counted per wall second, never per JVM CPU-second: this VM's tick-based CPU
+//! accounting distorts the JVM's CPU time far more than a profiler costs.
 
 use std::io::Read;
-use std::os::raw::{c_int, c_long};
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 
-use crate::bench_jvm::{self, proc_cpu_secs, thread_cpu_secs, BenchJvm};
+use crate::bench_jvm::{self, BenchJvm};
 use crate::jdk;
 
-const ROUNDS: usize = 5;
-const RUN_SECS: u64 = 6;
+const DEFAULT_PAIRS: usize = 8;
+/// `-d` of jvmperf, `sleep` of perf, time between `JFR.start` and `JFR.stop`.
+const RECORD_SECS: u64 = 6;
 const FREQUENCY: u64 = 5000;
+/// Worker threads of `bench.Throughput`: each keeps a core busy.
+const BUSY_THREADS: u32 = 2;
 const GOAL_US: f64 = 8.0;
-/// Start-of-window margin (after attach or `JFR.start`).
-const SETTLE: Duration = Duration::from_millis(300);
+/// Length of each idle (unprofiled) window.
+const IDLE: Duration = Duration::from_secs(4);
+/// Left out between a profiler's exit and the next idle window (its output file is deleted then).
+const SETTLE: Duration = Duration::from_millis(500);
+const PERF: &str = "perf";
 const JFC: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 <configuration version="2.0" label="jvmperf-bench" description="Method sampling only, 1 ms">
   <event name="jdk.ExecutionSample"><setting name="enabled">true</setting><setting name="period">1 ms</setting></event>
@@ -39,44 +45,92 @@ const JFC: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 </configuration>
 "#;
 
-/// One `WORK` line: the app's clock and count, when it arrived, and the CPU seconds of the JVM
-/// and of the probed process (jvmperf) then.
+#[derive(Clone, Copy, PartialEq)]
+enum Profiler {
+    Jvmperf,
+    Perf,
+    PerfDwarf,
+    Jfr,
+}
+
+impl Profiler {
+    /// The order within a round.
+    const ALL: [Profiler; 4] = [
+        Profiler::Jvmperf,
+        Profiler::Perf,
+        Profiler::PerfDwarf,
+        Profiler::Jfr,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Profiler::Jvmperf => "jvmperf",
+            Profiler::Perf => "perf",
+            Profiler::PerfDwarf => "perf dwarf",
+            Profiler::Jfr => "JFR",
+        }
+    }
+}
+
+/// A span of CLOCK_MONOTONIC time (ns), the clock of `System.nanoTime` and of the WORK lines.
+#[derive(Clone, Copy)]
+struct Span {
+    start: u64,
+    end: u64,
+}
+
+impl Span {
+    fn secs(&self) -> f64 {
+        (self.end - self.start) as f64 / 1e9
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes the timespec, which is valid for the call.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(r, 0, "clock_gettime(CLOCK_MONOTONIC)");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// One `WORK` line: the app's clock and the units all its workers completed so far.
 struct Work {
     nanos: u64,
     units: u64,
-    at: Instant,
-    wall_ns: i128,
-    jvm_cpu: f64,
-    probe_cpu: Option<f64>,
-    /// CPU seconds of the probed process's main thread (jvmperf samples, walks and names there;
-    /// its debug-info loader is another thread).
-    probe_main_cpu: Option<f64>,
 }
 
-/// Work done between two WORK lines, and the CPU seconds used meanwhile.
-struct Window {
-    secs: f64,
-    units: f64,
-    jvm_cpu: f64,
-    probe_cpu: f64,
-    probe_main_cpu: f64,
-    wall_ns: (i128, i128),
-}
+/// Every WORK line of the run, in order.
+#[derive(Default)]
+struct WorkLog(Vec<Work>);
 
-impl Window {
-    /// Work units per JVM CPU-second.
-    fn efficiency(&self) -> f64 {
-        self.units / self.jvm_cpu
+impl WorkLog {
+    /// Units completed at `ns`, interpolated between the WORK lines around it (a unit takes
+    /// microseconds, so the count grows smoothly).
+    fn units_at(&self, ns: u64) -> Result<f64> {
+        let i = self.0.partition_point(|w| w.nanos <= ns);
+        ensure!(
+            i > 0 && i < self.0.len(),
+            "no WORK lines on both sides of {ns}"
+        );
+        let (a, b) = (&self.0[i - 1], &self.0[i]);
+        let f = (ns - a.nanos) as f64 / (b.nanos - a.nanos) as f64;
+        Ok(a.units as f64 + f * (b.units - a.units) as f64)
+    }
+
+    /// Work units per wall second over `span`.
+    fn throughput(&self, span: Span) -> Result<f64> {
+        Ok((self.units_at(span.end)? - self.units_at(span.start)?) / span.secs())
     }
 }
 
 /// The bench JVM and every WORK line so far. All waiting goes through [`Target::pump_until`], so
-/// lines are stamped when they arrive.
+/// no line is left unread.
 struct Target {
     jvm: BenchJvm,
-    log: Vec<Work>,
-    /// Process whose CPU time is read at each WORK line.
-    probe: Option<u32>,
+    log: WorkLog,
 }
 
 impl Target {
@@ -94,28 +148,8 @@ impl Target {
             if Instant::now() >= deadline {
                 return Ok(false);
             }
-            match self.jvm.lines.recv_timeout(Duration::from_millis(10)) {
-                Ok(line) => {
-                    let mut it = line.split_whitespace();
-                    if it.next() != Some("WORK") {
-                        continue;
-                    }
-                    let (Some(Ok(nanos)), Some(Ok(units))) =
-                        (it.next().map(str::parse), it.next().map(str::parse))
-                    else {
-                        bail!("bad line from bench.Throughput: {line}");
-                    };
-                    let jvm_cpu = proc_cpu_secs(self.jvm.pid()).context("JVM CPU time")?;
-                    self.log.push(Work {
-                        nanos,
-                        units,
-                        at: Instant::now(),
-                        wall_ns: wall_ns(SystemTime::now()),
-                        jvm_cpu,
-                        probe_cpu: self.probe.and_then(proc_cpu_secs),
-                        probe_main_cpu: self.probe.and_then(|p| thread_cpu_secs(p, p)),
-                    });
-                }
+            match self.jvm.lines.recv_timeout(Duration::from_millis(5)) {
+                Ok(line) => self.log.0.extend(parse_work(&line)?),
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
                 Err(_) => bail!("bench.Throughput exited"),
             }
@@ -126,81 +160,28 @@ impl Target {
         self.pump_until(d, || Ok(false)).map(drop)
     }
 
-    /// The window between the first and last WORK lines since `from` that satisfy `keep`.
-    fn window(&self, from: usize, keep: impl Fn(&Work) -> bool) -> Result<Window> {
-        let mut it = self.log[from..].iter().filter(|w| keep(w));
-        let (Some(a), Some(b)) = (it.next(), it.last()) else {
-            bail!("no WORK lines in the measurement window");
-        };
-        let secs = (b.nanos - a.nanos) as f64 / 1e9;
-        ensure!(secs >= 2.0, "measurement window only {secs:.2} s long");
-        Ok(Window {
-            secs,
-            units: (b.units - a.units) as f64,
-            jvm_cpu: b.jvm_cpu - a.jvm_cpu,
-            probe_cpu: match (a.probe_cpu, b.probe_cpu) {
-                (Some(x), Some(y)) => y - x,
-                _ => 0.0,
-            },
-            probe_main_cpu: match (a.probe_main_cpu, b.probe_main_cpu) {
-                (Some(x), Some(y)) => y - x,
-                _ => 0.0,
-            },
-            wall_ns: (a.wall_ns, b.wall_ns),
+    /// An idle window of [`IDLE`].
+    fn idle_window(&mut self) -> Result<Span> {
+        let start = monotonic_ns();
+        self.idle(IDLE)?;
+        Ok(Span {
+            start,
+            end: monotonic_ns(),
         })
     }
-
-    /// An unprofiled run.
-    fn unprofiled(&mut self) -> Result<Window> {
-        let from = self.log.len();
-        let began = Instant::now();
-        self.idle(Duration::from_secs(RUN_SECS))?;
-        self.window(from, |w| w.at >= began + Duration::from_millis(200))
-    }
 }
 
-fn wall_ns(t: SystemTime) -> i128 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i128)
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct Rusage {
-    utime: [c_long; 2],
-    stime: [c_long; 2],
-    maxrss: c_long,
-    rest: [c_long; 13],
-}
-
-extern "C" {
-    fn wait4(pid: c_int, status: *mut c_int, options: c_int, rusage: *mut Rusage) -> c_int;
-}
-
-struct Reaped {
-    status: ExitStatus,
-    cpu_secs: f64,
-    maxrss_kib: c_long,
-}
-
-/// Reaps child `pid` if it has exited, with `wait4`, which also returns the child's own rusage.
-fn try_reap(pid: u32) -> Result<Option<Reaped>> {
-    const WNOHANG: c_int = 1;
-    let (mut status, mut ru) = (0, Rusage::default());
-    // SAFETY: wait4 only writes through the two pointers, which are valid for the call.
-    let r = unsafe { wait4(pid as c_int, &mut status, WNOHANG, &mut ru) };
-    if r == 0 {
+/// A `WORK` line's clock and count; `None` for any other line.
+fn parse_work(line: &str) -> Result<Option<Work>> {
+    let mut it = line.split_whitespace();
+    if it.next() != Some("WORK") {
         return Ok(None);
     }
-    if r != pid as c_int {
-        return Err(std::io::Error::last_os_error()).context("wait4");
-    }
-    let tv = |t: [c_long; 2]| t[0] as f64 + t[1] as f64 / 1e6;
-    Ok(Some(Reaped {
-        status: ExitStatus::from_raw(status),
-        cpu_secs: tv(ru.utime) + tv(ru.stime),
-        maxrss_kib: ru.maxrss,
-    }))
+    let mut num = || -> Option<u64> { it.next()?.parse().ok() };
+    let (Some(nanos), Some(units)) = (num(), num()) else {
+        bail!("bad line from bench.Throughput: {line}");
+    };
+    Ok(Some(Work { nanos, units }))
 }
 
 fn read_all(r: Option<impl Read + Send + 'static>) -> JoinHandle<String> {
@@ -213,113 +194,87 @@ fn read_all(r: Option<impl Read + Send + 'static>) -> JoinHandle<String> {
     })
 }
 
-/// Runs a tool to completion (killed after `timeout`) while pumping WORK lines; returns stdout
-/// and stderr together.
-fn run_tool(t: &mut Target, cmd: &mut Command, timeout: Duration) -> Result<String> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {cmd:?}"))?;
+/// Waits for `child` (killed after `timeout`) while pumping WORK lines; returns its stdout and
+/// stderr together.
+fn finish(t: &mut Target, mut child: Child, what: &str, timeout: Duration) -> Result<String> {
     let (out, err) = (read_all(child.stdout.take()), read_all(child.stderr.take()));
     let mut status = None;
     let done = t.pump_until(timeout, || {
         status = child.try_wait()?;
         Ok(status.is_some())
-    })?;
-    if !done {
-        kill(&mut child);
-        bail!("{cmd:?} did not finish within {timeout:?}");
+    });
+    if !matches!(done, Ok(true)) {
+        let _ = child.kill();
+        let _ = child.wait();
+        done?;
+        bail!("{what} did not finish within {timeout:?}");
     }
     let text = out.join().unwrap_or_default() + &err.join().unwrap_or_default();
-    ensure!(
-        status.is_some_and(|s| s.success()),
-        "{cmd:?} failed: {text}"
-    );
+    ensure!(status.is_some_and(|s| s.success()), "{what} failed: {text}");
     Ok(text)
 }
 
-fn kill(child: &mut Child) {
-    let _ = child.kill();
-    let _ = child.wait();
+/// Runs a tool to completion while pumping WORK lines; returns stdout and stderr together.
+fn run_tool(t: &mut Target, cmd: &mut Command) -> Result<String> {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {cmd:?}"))?;
+    finish(t, child, &format!("{cmd:?}"), Duration::from_secs(120))
 }
 
-/// What one `jvmperf record` run reported and cost.
-struct JvmperfRun {
-    window: Window,
-    /// Samples jvmperf reports, and the span of their timestamps (s).
-    samples: f64,
-    span: f64,
-    lost: u64,
-    /// Process wall time, the summary's time (sampling + symbolization + output), total CPU.
-    wall: f64,
-    summary_secs: f64,
-    cpu: f64,
-    /// CPU-seconds jvmperf reports for loading native debug info (a one-off, on its own thread,
-    /// overlapping the start of the steady window).
-    debug_info_cpu: f64,
-    maxrss_kib: c_long,
+/// A profiled window and the samples the profiler took in it.
+struct Profiled {
+    span: Span,
+    samples: Samples,
+    /// jvmperf only: the span of its samples' timestamps (s) and the samples it lost.
+    sampled: Option<(f64, u64)>,
 }
 
-impl JvmperfRun {
-    /// Samples inside the steady window (jvmperf samples CPU time, and the target is CPU-bound,
-    /// so the rate is even over the sampling span).
-    fn window_samples(&self) -> f64 {
-        self.samples * self.window.secs / self.span
+enum Samples {
+    Counted(f64),
+    /// Counted after the run ([`jfr_samples`]), so reading the recording stays out of the idle
+    /// windows.
+    InJfr(PathBuf),
+}
+
+impl Samples {
+    fn count(&self) -> Result<f64> {
+        match self {
+            Samples::Counted(n) => Ok(*n),
+            Samples::InJfr(file) => jfr_samples(file),
+        }
     }
 }
 
-fn jvmperf_run(t: &mut Target, jvmperf: &Path, extra: &[&str], out: &Path) -> Result<JvmperfRun> {
-    let from = t.log.len();
-    let started = Instant::now();
-    let mut child =
-        bench_jvm::spawn_record(jvmperf, t.jvm.pid(), (RUN_SECS, FREQUENCY), extra, out)?;
-    let err = read_all(child.stderr.take());
-    t.probe = Some(child.id());
-    let mut reaped = None;
-    let timeout = Duration::from_secs(RUN_SECS + 120);
-    let done = t.pump_until(timeout, || {
-        reaped = try_reap(child.id())?;
-        Ok(reaped.is_some())
-    });
-    t.probe = None;
-    let Some(r) = reaped else {
-        kill(&mut child);
-        done?;
-        bail!("jvmperf record did not finish within {timeout:?}");
+/// `jvmperf record -F 5000 -d 6`, spawn to exit.
+fn run_jvmperf(t: &mut Target, jvmperf: &Path, extra: &[&str], out: &Path) -> Result<Profiled> {
+    let start = monotonic_ns();
+    let child =
+        bench_jvm::spawn_record(jvmperf, t.jvm.pid(), (RECORD_SECS, FREQUENCY), extra, out)?;
+    let err = finish(
+        t,
+        child,
+        "jvmperf record",
+        Duration::from_secs(RECORD_SECS + 120),
+    )?;
+    let span = Span {
+        start,
+        end: monotonic_ns(),
     };
-    let wall = started.elapsed().as_secs_f64();
-    let err = err.join().unwrap_or_default();
-    ensure!(r.status.success(), "jvmperf record failed: {err}");
     ensure!(
         !err.contains("recording ended early"),
         "jvmperf record ended early: {err}"
     );
-
     let summary = err
         .lines()
         .find(|l| l.contains(" samples in "))
         .with_context(|| format!("no `N samples in` summary from jvmperf: {err}"))?;
-    let word_before = |needle: &str| -> Result<f64> {
-        let head = summary
-            .split(needle)
-            .next()
-            .filter(|h| h.len() < summary.len())
-            .with_context(|| format!("no `{needle}` in: {summary}"))?;
-        let num = head.rsplit(' ').next().unwrap_or_default();
-        num.parse()
-            .with_context(|| format!("bad number before `{needle}` in: {summary}"))
-    };
-    let debug_info_cpu = err
-        .lines()
-        .find_map(|l| l.split_once("loading native debug info took "))
-        .and_then(|(_, rest)| rest.split_whitespace().next()?.parse().ok())
-        .with_context(|| format!("no debug-info loading time from jvmperf: {err}"))?;
-    let samples = word_before(" samples in ")?;
-    let summary_secs = word_before(" s written")?;
-    let lost = word_before(" lost")? as u64;
-    let bounds: Vec<u64> = err
+    let samples = number_before(summary, " samples in ")?;
+    let lost = number_before(summary, " lost")? as u64;
+    let window: Vec<u64> = err
         .lines()
         .find_map(|l| l.split_once("sample window (CLOCK_MONOTONIC ns, as System.nanoTime):"))
         .map(|(_, v)| {
@@ -328,109 +283,364 @@ fn jvmperf_run(t: &mut Target, jvmperf: &Path, extra: &[&str], out: &Path) -> Re
                 .collect()
         })
         .unwrap_or_default();
-    let [first, last] = bounds[..] else {
+    let [first, last] = window[..] else {
         bail!("no sample window in jvmperf's output: {err}");
     };
-    // Up to the WORK line before the last sample: jvmperf symbolizes after that.
-    let settle = SETTLE.as_nanos() as u64;
-    let window = t.window(from, |w| w.nanos >= first + settle && w.nanos <= last)?;
-    ensure!(window.probe_cpu > 0.0, "could not read jvmperf's CPU time");
-    Ok(JvmperfRun {
-        window,
-        samples,
-        span: (last - first) as f64 / 1e9,
-        lost,
-        wall,
-        summary_secs,
-        cpu: r.cpu_secs,
-        debug_info_cpu,
-        maxrss_kib: r.maxrss_kib,
+    Ok(Profiled {
+        span,
+        samples: Samples::Counted(samples),
+        sampled: Some(((last - first) as f64 / 1e9, lost)),
     })
 }
 
-/// One JFR recording: its steady window and the time `JFR.start` took.
-struct JfrRun {
-    window: Window,
-    start_secs: f64,
-    file: PathBuf,
+/// The number that ends right before `needle` in `line`.
+fn number_before(line: &str, needle: &str) -> Result<f64> {
+    let (head, _) = line
+        .split_once(needle)
+        .with_context(|| format!("no `{needle}` in: {line}"))?;
+    let num = head.rsplit([' ', '(']).next().unwrap_or_default();
+    num.parse()
+        .with_context(|| format!("bad number before `{needle}` in: {line}"))
 }
 
-fn jfr_run(t: &mut Target, jfc: &Path, file: PathBuf) -> Result<JfrRun> {
+/// `perf record -e cpu-clock -F 5000 [stack options] -p PID -o FILE -- sleep 6`, spawn to exit;
+/// samples from its `Captured and wrote … (N samples)` line. With `--call-graph dwarf` perf
+/// copies 8 KiB of stack per sample and unwinds later, in `perf report`, outside the window.
+fn run_perf(t: &mut Target, stacks: &[&str], file: &Path) -> Result<Profiled> {
+    let start = monotonic_ns();
+    let out = run_tool(
+        t,
+        Command::new(PERF)
+            .args(["record", "-e", "cpu-clock", "-F", &FREQUENCY.to_string()])
+            .args(stacks)
+            .args(["-p", &t.jvm.pid().to_string(), "-o"])
+            .arg(file)
+            .args(["--", "sleep", &RECORD_SECS.to_string()]),
+    )?;
+    let span = Span {
+        start,
+        end: monotonic_ns(),
+    };
+    let line = out
+        .lines()
+        .find(|l| l.contains("Captured and wrote"))
+        .with_context(|| format!("no `Captured and wrote` line from perf record: {out}"))?;
+    Ok(Profiled {
+        span,
+        samples: Samples::Counted(number_before(line, " samples)")?),
+        sampled: None,
+    })
+}
+
+/// `jcmd PID JFR.start settings=…`, 6 s, `jcmd PID JFR.stop filename=…`: spawn of the first to
+/// exit of the second.
+fn run_jfr(t: &mut Target, jfc: &Path, file: PathBuf) -> Result<Profiled> {
     let jcmd = jdk::tool("jcmd")?;
     let pid = t.jvm.pid().to_string();
-    let from = t.log.len();
-    let started = Instant::now();
+    let start = monotonic_ns();
     let out = run_tool(
         t,
         Command::new(&jcmd)
             .args([&pid, "JFR.start", "name=jvmperf-bench"])
             .arg(format!("settings={}", jfc.display())),
-        Duration::from_secs(60),
     )?;
     ensure!(out.contains("Started recording"), "JFR.start: {out}");
-    let began = Instant::now();
-    t.idle(Duration::from_secs(RUN_SECS))?;
-    let stopping = Instant::now();
+    t.idle(Duration::from_secs(RECORD_SECS))?;
     let out = run_tool(
         t,
         Command::new(&jcmd)
             .args([&pid, "JFR.stop", "name=jvmperf-bench"])
             .arg(format!("filename={}", file.display())),
-        Duration::from_secs(60),
     )?;
     ensure!(out.contains("Stopped recording"), "JFR.stop: {out}");
-    let window = t.window(from, |w| w.at >= began + SETTLE && w.at <= stopping)?;
-    Ok(JfrRun {
-        window,
-        start_secs: (began - started).as_secs_f64(),
-        file,
+    Ok(Profiled {
+        span: Span {
+            start,
+            end: monotonic_ns(),
+        },
+        samples: Samples::InJfr(file),
+        sampled: None,
     })
 }
 
-/// `jdk.ExecutionSample` events in a recording with a timestamp inside `wall_ns`.
-fn jfr_samples(file: &Path, wall_ns: (i128, i128)) -> Result<u64> {
+/// `jdk.ExecutionSample` events in a recording, from `jfr summary`. The recording holds only
+/// the profiled window.
+fn jfr_samples(file: &Path) -> Result<f64> {
     let out = Command::new(jdk::tool("jfr")?)
-        .args(["print", "--json", "--stack-depth", "1", "--events"])
-        .arg("jdk.ExecutionSample")
+        .arg("summary")
         .arg(file)
         .stderr(Stdio::inherit())
         .output()
-        .context("running jfr print")?;
-    ensure!(out.status.success(), "jfr print {} failed", file.display());
-    let mut inside = 0;
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Some(ts) = line.trim().strip_prefix("\"startTime\": \"") else {
-            continue;
-        };
-        let ns = iso_utc_ns(ts.trim_end_matches(['"', ',', ' ']))
-            .with_context(|| format!("bad JFR timestamp {ts}"))?;
-        inside += u64::from(ns >= wall_ns.0 && ns <= wall_ns.1);
-    }
-    Ok(inside)
+        .context("running jfr summary")?;
+    ensure!(
+        out.status.success(),
+        "jfr summary {} failed",
+        file.display()
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let count = text.lines().find_map(|l| {
+        let mut it = l.split_whitespace();
+        (it.next() == Some("jdk.ExecutionSample")).then(|| it.next()?.parse().ok())?
+    });
+    count.with_context(|| format!("no jdk.ExecutionSample count in jfr summary: {text}"))
 }
 
-/// `2026-11-21T20:40:54.529903555Z` → ns since the Unix epoch.
-fn iso_utc_ns(s: &str) -> Option<i128> {
-    let (date, time) = s.strip_suffix('Z')?.split_once('T')?;
-    let mut d = date.split('-').map(|x| x.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let mut t = hms.split(':').map(|x| x.parse::<i64>().ok());
-    let secs_of_day = t.next()?? * 3600 + t.next()?? * 60 + t.next()??;
-    let frac_ns: i64 = format!("{frac:0<9}").get(..9)?.parse().ok()?;
-    // Days from civil (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some((days * 86_400 + secs_of_day) as i128 * 1_000_000_000 + frac_ns as i128)
+/// One profiled window against the idle windows on both sides of it.
+struct Pair {
+    profiler: Profiler,
+    /// From the first round: per-JVM one-offs, not in the medians.
+    first: bool,
+    secs: f64,
+    samples: f64,
+    /// Work units per wall second in the idle windows before and after, and in the profiled one.
+    idle: (f64, f64),
+    profiled: f64,
+    /// jvmperf only: the span of its samples' timestamps (s) and the samples it lost.
+    sampled: Option<(f64, u64)>,
+}
+
+impl Pair {
+    /// The unprofiled throughput: the mean of the idle windows on both sides.
+    fn base(&self) -> f64 {
+        (self.idle.0 + self.idle.1) / 2.0
+    }
+
+    /// The share of the JVM's work lost while the profiler ran.
+    fn lost(&self) -> f64 {
+        (self.base() - self.profiled) / self.base()
+    }
+
+    /// How much the two idle windows disagree, as a share of their mean: other load on the
+    /// machine changed during the pair, and the pair's cost is that much less certain.
+    fn drift(&self) -> f64 {
+        (self.idle.1 - self.idle.0).abs() / self.base()
+    }
+
+    /// Cost per sample, µs of CPU time: lost core-seconds / samples =
+    /// `lost() * BUSY_THREADS * secs / samples * 1e6`.
+    ///
+    /// Unprofiled, the JVM's 2 busy threads keep both cores busy: a wall second of its work is 2
+    /// core-seconds. Losing the share `lost()` of it costs `lost() * 2` core-seconds per wall
+    /// second; divided by the samples per wall second (`samples / secs`) that is CPU time per
+    /// sample. The profiler's own CPU competes for the same 2 cores, so it is already in the
+    /// lost work ("all-in"); adding it would count it twice.
+    fn micros(&self) -> f64 {
+        self.lost() * f64::from(BUSY_THREADS) * self.secs / self.samples * 1e6
+    }
+}
+
+/// Command-line options: `[--pairs N] [-- MORE JVMPERF RECORD OPTIONS]`.
+struct Args {
+    pairs: usize,
+    extra: Vec<String>,
+}
+
+fn parse_args(args: &[String]) -> Result<Args> {
+    const USAGE: &str = "usage: cargo xtask bench record [--pairs N (default 8)] [-- MORE JVMPERF RECORD OPTIONS, e.g. --stack-size 16384]";
+    let mut parsed = Args {
+        pairs: DEFAULT_PAIRS,
+        extra: Vec::new(),
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--pairs" => {
+                parsed.pairs = it
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .filter(|&n| n > 0)
+                    .context(USAGE)?
+            }
+            "--" => parsed.extra = it.by_ref().cloned().collect(),
+            _ => bail!("{USAGE}"),
+        }
+    }
+    Ok(parsed)
+}
+
+pub fn main(args: &[String]) -> Result<()> {
+    let args = parse_args(args)?;
+    let jvmperf = bench_jvm::prepare()?;
+    let dir = std::env::temp_dir().join(format!("jvmperf-bench-record-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let result = measure(&jvmperf, &args, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// The windows of one run: `idle[k]` and `idle[k + 1]` surround profiled window `runs[k]`.
+struct Timeline {
+    idle: Vec<Span>,
+    runs: Vec<(Profiler, Profiled)>,
+}
+
+fn measure(jvmperf: &Path, args: &Args, dir: &Path) -> Result<()> {
+    let extra: Vec<&str> = args.extra.iter().map(String::as_str).collect();
+    let max_rate = || std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate");
+    let max_rate_before = max_rate().unwrap_or_default();
+    let jvm = BenchJvm::start(
+        &[],
+        &bench_jvm::classes(),
+        "bench.Throughput",
+        &["--threads", &BUSY_THREADS.to_string()],
+    )?;
+    let mut t = Target {
+        jvm,
+        log: WorkLog::default(),
+    };
+    println!(
+        "record: bench.Throughput ({BUSY_THREADS} CPU-bound threads), 1 + {} rounds of: idle, jvmperf record -F {FREQUENCY} -d {RECORD_SECS}{}, idle, perf record -e cpu-clock -F {FREQUENCY} -p PID -- sleep {RECORD_SECS}, idle, the same with --call-graph dwarf,8192, idle, JFR (jdk.ExecutionSample 1 ms) for {RECORD_SECS} s; then idle. Idle windows {} s",
+        args.pairs,
+        extra.iter().map(|a| format!(" {a}")).collect::<String>(),
+        IDLE.as_secs_f64()
+    );
+    let timeline = record_rounds(&mut t, jvmperf, &extra, dir, args.pairs + 1)?;
+    let Target { jvm, log } = t;
+    drop(jvm);
+    let max_rate_after = max_rate().unwrap_or_default();
+    let idle = timeline
+        .idle
+        .iter()
+        .map(|&s| log.throughput(s))
+        .collect::<Result<Vec<_>>>()?;
+    let pairs = pairs(&log, &timeline, &idle)?;
+    println!(
+        "record: idle windows: {} work units/s (median {:.0})",
+        list(&idle, 0),
+        median(idle.clone())
+    );
+    report(&pairs);
+    if max_rate_before != max_rate_after {
+        println!(
+            "record: the kernel throttled perf events during the run: kernel.perf_event_max_sample_rate went from {} to {}",
+            max_rate_before.trim(),
+            max_rate_after.trim()
+        );
+    }
+    Ok(())
+}
+
+/// Runs `rounds` rounds of every profiler, each profiled window followed by an idle one.
+fn record_rounds(
+    t: &mut Target,
+    jvmperf: &Path,
+    extra: &[&str],
+    dir: &Path,
+    rounds: usize,
+) -> Result<Timeline> {
+    let jfc = dir.join("bench.jfc");
+    std::fs::write(&jfc, JFC).context("writing the JFR settings")?;
+    let (out, perf_data) = (dir.join("out.collapsed"), dir.join("perf.data"));
+    let mut timeline = Timeline {
+        idle: vec![t.idle_window()?],
+        runs: Vec::new(),
+    };
+    for round in 0..rounds {
+        for p in Profiler::ALL {
+            let run = match p {
+                Profiler::Jvmperf => run_jvmperf(t, jvmperf, extra, &out)?,
+                Profiler::Perf => run_perf(t, &[], &perf_data)?,
+                Profiler::PerfDwarf => run_perf(t, &["--call-graph", "dwarf,8192"], &perf_data)?,
+                Profiler::Jfr => run_jfr(t, &jfc, dir.join(format!("r{round}.jfr")))?,
+            };
+            // perf's file (hundreds of MB with stacks) goes before it is written back.
+            let _ = std::fs::remove_file(&perf_data);
+            t.idle(SETTLE)?;
+            timeline.runs.push((p, run));
+            timeline.idle.push(t.idle_window()?);
+        }
+    }
+    // A WORK line after the last window's end, to interpolate to.
+    t.idle(SETTLE)?;
+    Ok(timeline)
+}
+
+/// Every profiled window against the mean throughput of its idle neighbours (`idle`: the
+/// throughput of each idle window).
+fn pairs(log: &WorkLog, timeline: &Timeline, idle: &[f64]) -> Result<Vec<Pair>> {
+    let mut pairs = Vec::new();
+    for (k, (profiler, run)) in timeline.runs.iter().enumerate() {
+        pairs.push(Pair {
+            profiler: *profiler,
+            first: k < Profiler::ALL.len(),
+            secs: run.span.secs(),
+            samples: run.samples.count()?,
+            idle: (idle[k], idle[k + 1]),
+            profiled: log.throughput(run.span)?,
+            sampled: run.sampled,
+        });
+    }
+    Ok(pairs)
+}
+
+fn report(pairs: &[Pair]) {
+    let of = |p: Profiler| -> Vec<&Pair> {
+        pairs
+            .iter()
+            .filter(|x| x.profiler == p && !x.first)
+            .collect()
+    };
+    let medians: Vec<(Profiler, f64)> = Profiler::ALL
+        .iter()
+        .map(|&p| (p, median(of(p).iter().map(|x| x.micros()).collect())))
+        .collect();
+    println!(
+        "record: cost per sample = work lost x {BUSY_THREADS} cores x window s / samples in the window (work per wall second, profiled vs the mean of the idle windows before and after; the profiler's CPU is on the same cores, so it is in the lost work); window = profiler spawn to exit (JFR: jcmd JFR.start spawn to jcmd JFR.stop exit); samples: jvmperf's summary, perf record's `(N samples)`, JFR's jdk.ExecutionSample events"
+    );
+    for &(p, med) in &medians {
+        let ps = of(p);
+        let field = |f: fn(&Pair) -> f64, digits| {
+            list(&ps.iter().map(|x| f(x)).collect::<Vec<_>>(), digits)
+        };
+        let peers = medians
+            .iter()
+            .filter(|(q, _)| *q != p)
+            .map(|(q, m)| format!("{:.2} x {}", med / m, q.name()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        println!(
+            "record: {}: median {med:.1} us/sample over {} pairs = {:.2} x the {GOAL_US:.0} us goal, {peers}; per pair {} us; samples per window {}; window {} s; work lost {} %; idle windows before/after disagree by {} %",
+            p.name(),
+            ps.len(),
+            med / GOAL_US,
+            field(Pair::micros, 1),
+            field(|x| x.samples, 0),
+            field(|x| x.secs, 2),
+            field(|x| x.lost() * 100.0, 2),
+            field(|x| x.drift() * 100.0, 1),
+        );
+    }
+    for first in pairs.iter().filter(|x| x.first) {
+        println!(
+            "record: {}, first round{} (not in the median): {:.1} us/sample, {:.0} samples, window {:.2} s",
+            first.profiler.name(),
+            match first.profiler {
+                Profiler::Jvmperf => ", loads jvmperf's agent into the JVM",
+                Profiler::Jfr => ", initializes JFR in the JVM",
+                _ => "",
+            },
+            first.micros(),
+            first.samples,
+            first.secs
+        );
+    }
+    let jp = of(Profiler::Jvmperf);
+    let sampled: Vec<(f64, u64)> = jp.iter().filter_map(|x| x.sampled).collect();
+    println!(
+        "record: jvmperf sampled for {} s of each window; lost {} samples in all (kernel ring full)",
+        list(&sampled.iter().map(|s| s.0).collect::<Vec<_>>(), 2),
+        sampled.iter().map(|s| s.1).sum::<u64>()
+    );
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 fn list(v: &[f64], digits: usize) -> String {
@@ -440,246 +650,52 @@ fn list(v: &[f64], digits: usize) -> String {
         .join(" ")
 }
 
-pub fn main(args: &[String]) -> Result<()> {
-    let extra: Vec<&str> = match args.split_first() {
-        None => Vec::new(),
-        Some((dashes, rest)) if dashes == "--" => rest.iter().map(String::as_str).collect(),
-        Some(_) => bail!(
-            "usage: cargo xtask bench record [-- MORE JVMPERF RECORD OPTIONS, e.g. --stack-size 16384]"
-        ),
-    };
-    let jvmperf = bench_jvm::prepare()?;
-    let dir = std::env::temp_dir().join(format!("jvmperf-bench-record-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let result = measure(&jvmperf, &extra, &dir);
-    let _ = std::fs::remove_dir_all(&dir);
-    result
-}
-
-fn measure(jvmperf: &Path, extra: &[&str], dir: &Path) -> Result<()> {
-    let jfc = dir.join("bench.jfc");
-    std::fs::write(&jfc, JFC).context("writing the JFR settings")?;
-    let max_rate = || std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate");
-    let max_rate_before = max_rate().unwrap_or_default();
-    let jvm = BenchJvm::start(
-        &[],
-        &bench_jvm::classes(),
-        "bench.Throughput",
-        &["--threads", "2"],
-    )?;
-    let mut t = Target {
-        jvm,
-        log: Vec::new(),
-        probe: None,
-    };
-    println!(
-        "record: bench.Throughput (2 threads, CPU-bound), {ROUNDS} x (unprofiled, jvmperf -F {FREQUENCY}{}, unprofiled, JFR) + unprofiled, {RUN_SECS} s each; steady-state windows only",
-        extra.iter().map(|a| format!(" {a}")).collect::<String>()
-    );
-    let mut unprofiled = vec![t.unprofiled()?];
-    let (mut jp, mut jfr) = (Vec::new(), Vec::new());
-    for i in 0..ROUNDS {
-        jp.push(jvmperf_run(
-            &mut t,
-            jvmperf,
-            extra,
-            &dir.join("out.collapsed"),
-        )?);
-        unprofiled.push(t.unprofiled()?);
-        jfr.push(jfr_run(&mut t, &jfc, dir.join(format!("r{i}.jfr")))?);
-        unprofiled.push(t.unprofiled()?);
-    }
-    drop(t);
-    let max_rate_after = max_rate().unwrap_or_default();
-
-    // Baseline for profiled run k: the unprofiled runs just before and after it.
-    let base = |k: usize| (unprofiled[k].efficiency() + unprofiled[k + 1].efficiency()) / 2.0;
-    let jp_costs: Vec<Cost> = jp
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            Cost::new(
-                &r.window,
-                base(2 * i),
-                r.window.probe_cpu,
-                r.window_samples(),
-            )
-        })
-        .collect();
-    let mut jfr_costs = Vec::new();
-    for (i, r) in jfr.iter().enumerate() {
-        let n = jfr_samples(&r.file, r.window.wall_ns)?;
-        ensure!(n > 0, "JFR recorded no execution samples in run {}", i + 1);
-        jfr_costs.push(Cost::new(&r.window, base(2 * i + 1), 0.0, n as f64));
-    }
-
-    println!(
-        "record: unprofiled work per JVM CPU-second: {} (the JVM got {} CPUs; other load on the machine took the rest)",
-        list(&unprofiled.iter().map(Window::efficiency).collect::<Vec<_>>(), 0),
-        list(&unprofiled.iter().map(|w| w.jvm_cpu / w.secs).collect::<Vec<_>>(), 2),
-    );
-    for (i, (r, c)) in jp.iter().zip(&jp_costs).enumerate() {
-        println!(
-            "record: jvmperf run {}: {}, jvmperf CPU {:.2} s; {} lost samples in the run -> {:.1} us/sample",
-            i + 1,
-            c.describe(),
-            c.own_cpu,
-            r.lost,
-            c.micros()
-        );
-    }
-    for (i, (r, c)) in jfr.iter().zip(&jfr_costs).enumerate() {
-        println!(
-            "record: JFR run {}: {}; JFR.start took {:.2} s -> {:.1} us/sample",
-            i + 1,
-            c.describe(),
-            r.start_secs,
-            c.micros()
-        );
-    }
-    println!(
-        "record: cost per sample = (jvm_cpu_lost_s + profiler_cpu_s) / samples x 1e6 over each profiled run's steady window; jvm_cpu_lost_s = jvm_cpu_s x (1 - eff / eff_unprofiled), eff = work units per JVM CPU-second (utime+stime of the JVM process), eff_unprofiled = mean of the unprofiled runs before and after; profiler_cpu_s = jvmperf's utime+stime (JFR: 0, its sampler is a JVM thread); window = WORK lines from {:.1} s after the first sample (JFR: after JFR.start returned) to the last sample (JFR: JFR.stop); samples = jvmperf's count x window_s / sample_span_s (JFR: events by timestamp)",
-        SETTLE.as_secs_f64()
-    );
-    let med = |costs: &[Cost], f: fn(&Cost) -> f64| median(costs.iter().map(f).collect());
-    let cost = med(&jp_costs, Cost::micros);
-    println!(
-        "record: jvmperf -F {FREQUENCY}: median {cost:.1} us/sample (runs: {}) (goal <= {GOAL_US:.0} us; ratio to goal {:.2}); medians of the parts: JVM slowdown {:.1} + jvmperf CPU {:.1} us/sample",
-        list(&jp_costs.iter().map(Cost::micros).collect::<Vec<_>>(), 1),
-        cost / GOAL_US,
-        med(&jp_costs, |c| c.jvm_lost_cpu / c.samples * 1e6),
-        med(&jp_costs, |c| c.own_cpu / c.samples * 1e6),
-    );
-    // The steady state: jvmperf's sampling thread only, without the one-off debug-info load
-    // (another thread, which overlaps the window).
-    let steady: Vec<Cost> = jp
-        .iter()
-        .zip(&jp_costs)
-        .map(|(r, c)| Cost {
-            own_cpu: r.window.probe_main_cpu,
-            ..*c
-        })
-        .collect();
-    println!(
-        "record: jvmperf -F {FREQUENCY} steady state (sampling thread only; the one-off debug-info load took {} CPU-s per run on its own thread): median {:.1} us/sample (runs: {}) (goal <= {GOAL_US:.0} us; ratio {:.2}); jvmperf CPU {:.1} us/sample",
-        list(&jp.iter().map(|r| r.debug_info_cpu).collect::<Vec<_>>(), 2),
-        med(&steady, Cost::micros),
-        list(&steady.iter().map(Cost::micros).collect::<Vec<_>>(), 1),
-        med(&steady, Cost::micros) / GOAL_US,
-        med(&steady, |c| c.own_cpu / c.samples * 1e6),
-    );
-    let rss = jp.iter().map(|r| r.maxrss_kib).max().unwrap_or(0);
-    println!(
-        "record: jvmperf daemon: CPU in the sampling window (debug-info load included) {} us/sample; peak RSS {:.0} MiB; total CPU per run {} s",
-        list(&jp_costs.iter().map(|c| c.own_cpu / c.samples * 1e6).collect::<Vec<_>>(), 1),
-        rss as f64 / 1024.0,
-        list(&jp.iter().map(|r| r.cpu).collect::<Vec<_>>(), 2)
-    );
-    let one_off_cpu: Vec<f64> = jp
-        .iter()
-        .map(|r| r.cpu - r.window.probe_cpu / r.window.secs * r.span)
-        .collect();
-    let attach: Vec<f64> = jp.iter().map(|r| r.wall - r.summary_secs).collect();
-    let finish: Vec<f64> = jp
-        .iter()
-        .map(|r| r.summary_secs - RUN_SECS as f64)
-        .collect();
-    println!(
-        "record: jvmperf one-off per run (not per sample): CPU outside steady sampling {} s; wall: attach {} s (the first loads the agent), symbolize + write {} s",
-        list(&one_off_cpu, 2),
-        list(&attach, 2),
-        list(&finish, 2)
-    );
-    let lost: u64 = jp.iter().map(|r| r.lost).sum();
-    let recorded: f64 = jp.iter().map(|r| r.samples).sum();
-    println!(
-        "record: jvmperf samples: {recorded:.0} recorded, {lost} lost (ring buffer full, {:.0}%) over {ROUNDS} runs; per JVM CPU-second {:.0} recorded (-F {FREQUENCY} asks {FREQUENCY} per thread CPU-second)",
-        100.0 * lost as f64 / (lost as f64 + recorded),
-        med(&jp_costs, |c| c.samples / c.jvm_cpu)
-    );
-    if max_rate_before != max_rate_after {
-        println!(
-            "record: the kernel throttled perf: kernel.perf_event_max_sample_rate went from {} to {}",
-            max_rate_before.trim(),
-            max_rate_after.trim()
-        );
-    }
-    let jfr_cost = med(&jfr_costs, Cost::micros);
-    println!(
-        "record: JFR (jdk.ExecutionSample period=1 ms): median {jfr_cost:.1} us/sample (runs: {}); first JFR.start {:.2} s (initializes JFR), later ones {:.2} s",
-        list(&jfr_costs.iter().map(Cost::micros).collect::<Vec<_>>(), 1),
-        jfr[0].start_secs,
-        median(jfr[1..].iter().map(|r| r.start_secs).collect())
-    );
-    println!(
-        "record: side by side: jvmperf {cost:.1} us/sample, {:.0} samples/s, JVM slowdown {:.1}% | JFR {jfr_cost:.1} us/sample, {:.0} samples/s, JVM slowdown {:.1}%",
-        med(&jp_costs, |c| c.samples / c.secs),
-        med(&jp_costs, |c| c.lost_frac * 100.0),
-        med(&jfr_costs, |c| c.samples / c.secs),
-        med(&jfr_costs, |c| c.lost_frac * 100.0),
-    );
-    Ok(())
-}
-
-/// A profiled run's cost against its unprofiled baseline.
-#[derive(Clone, Copy)]
-struct Cost {
-    secs: f64,
-    jvm_cpu: f64,
-    efficiency: f64,
-    base: f64,
-    lost_frac: f64,
-    /// JVM CPU seconds beyond what the work took unprofiled.
-    jvm_lost_cpu: f64,
-    /// The profiler process's CPU seconds.
-    own_cpu: f64,
-    samples: f64,
-}
-
-impl Cost {
-    fn new(w: &Window, base: f64, own_cpu: f64, samples: f64) -> Cost {
-        let lost_frac = 1.0 - w.efficiency() / base;
-        Cost {
-            secs: w.secs,
-            jvm_cpu: w.jvm_cpu,
-            efficiency: w.efficiency(),
-            base,
-            lost_frac,
-            jvm_lost_cpu: lost_frac * w.jvm_cpu,
-            own_cpu,
-            samples,
-        }
-    }
-
-    fn micros(&self) -> f64 {
-        (self.jvm_lost_cpu + self.own_cpu) / self.samples * 1e6
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "{:.2} s window, JVM {:.2} CPUs, {:.0} units/CPU-s vs {:.0} unprofiled (lost {:.1}% = {:.2} CPU-s), {:.0} samples ({:.0}/s)",
-            self.secs,
-            self.jvm_cpu / self.secs,
-            self.efficiency,
-            self.base,
-            self.lost_frac * 100.0,
-            self.jvm_lost_cpu,
-            self.samples,
-            self.samples / self.secs
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn iso_timestamps() {
-        assert_eq!(iso_utc_ns("1970-01-01T00:00:01.5Z"), Some(1_500_000_000));
-        assert_eq!(
-            iso_utc_ns("2026-11-21T20:40:54.529903555Z"),
-            Some(1_795_293_654_529_903_555)
-        );
+    fn units_are_interpolated_between_work_lines() {
+        let log = WorkLog(vec![
+            Work {
+                nanos: 1_000_000_000,
+                units: 100,
+            },
+            Work {
+                nanos: 2_000_000_000,
+                units: 300,
+            },
+        ]);
+        assert_eq!(log.units_at(1_500_000_000).unwrap(), 200.0);
+        let span = Span {
+            start: 1_250_000_000,
+            end: 1_750_000_000,
+        };
+        assert_eq!(log.throughput(span).unwrap(), 200.0);
+        assert!(log.units_at(2_500_000_000).is_err());
+    }
+
+    #[test]
+    fn cost_is_lost_core_seconds_per_sample() {
+        // 1% of 2 busy cores for 6 s = 0.12 core-s, over 60,000 samples: 2 us each.
+        let pair = Pair {
+            profiler: Profiler::Perf,
+            first: false,
+            secs: 6.0,
+            samples: 60_000.0,
+            idle: (1010.0, 990.0),
+            profiled: 990.0,
+            sampled: None,
+        };
+        assert!((pair.micros() - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn sample_counts_are_read_from_summaries() {
+        let perf = "[ perf record: Captured and wrote 0.082 MB /tmp/pt.data (2123 samples) ]";
+        assert_eq!(number_before(perf, " samples)").unwrap(), 2123.0);
+        let jvmperf = "jvmperf: 59874 samples in 6.0 s written to out.collapsed (0.1 s after sampling ended) — 99.9% unwound to a thread root, 3 lost, 0 compiled frames unresolved";
+        assert_eq!(number_before(jvmperf, " samples in ").unwrap(), 59874.0);
+        assert_eq!(number_before(jvmperf, " lost").unwrap(), 3.0);
     }
 }
