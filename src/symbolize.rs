@@ -187,11 +187,15 @@ impl Symbolizer {
             .filter(|(_, took)| *took >= Duration::from_millis(100))
             .map(|(name, took)| format!("{name} {:.1} s", took.as_secs_f64()))
             .collect();
+        let slow = if slow.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", slow.join(", "))
+        };
         format!(
-            "built the symbol caches of {} modules in {:.1} s ({}) in {dir}: the first use of these builds on this host, later runs reuse them",
+            "built the symbol caches of {} modules in {:.1} s{slow} in {dir}: the first use of these builds on this host, later runs reuse them",
             built.len(),
             total.as_secs_f64(),
-            slow.join(", ")
         )
     }
 
