@@ -28,9 +28,9 @@ pub struct RecordOptions {
         default_value_t = 99
     )]
     pub frequency_hz: u64,
-    /// Bytes of user stack copied per sample (multiple of 8, at most 65528); frames beyond it
-    /// are read from the live stack.
-    #[arg(long, default_value_t = 32768)]
+    /// Bytes of user stack the kernel copies per sample (multiple of 8, at most 65528); frames
+    /// beyond it are read from the live stack while it still matches the copy.
+    #[arg(long, default_value_t = crate::sampler::DEFAULT_STACK_SIZE)]
     pub stack_size: u32,
     /// Keep at most this many distinct stacks: past it, a new stack is cut after its longest
     /// known prefix and ends in a `[truncated: --max-stacks]` frame, so memory stays bounded

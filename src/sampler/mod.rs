@@ -26,12 +26,19 @@ use std::time::Duration;
 /// Largest `sample_stack_user` the kernel accepts (a multiple of 8 below `USHRT_MAX`).
 pub const MAX_STACK_SIZE: u32 = 65528;
 
+/// Bytes of user stack the kernel copies per sample by default. The copy is made in the sampled
+/// thread's own time, so it is a cost to the target: 32 KiB instead of 8 KiB cost a busy JVM
+/// ~2.5 µs more per sample (`cargo xtask bench record`). Frames past the copy are read from the
+/// live stack while it still matches the copy's end (see `walker::StackView`). Measured on JDK
+/// 17: a Java thread's base (TLS, thread start, call stub) takes about 7 KiB and each level of a
+/// JIT-compiled call chain about 180 bytes, so most walks read their outer frames live.
+pub const DEFAULT_STACK_SIZE: u32 = 8192;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SamplerConfig {
     /// Samples per second of CPU time, per thread.
     pub frequency_hz: u64,
     /// Bytes of user stack copied from the sampled SP (multiple of 8, at most [`MAX_STACK_SIZE`]).
-    /// Stacks deeper than this lose their outermost frames.
     pub stack_size: u32,
     /// Also record the kernel callchain (needs `perf_event_paranoid` ≤ 1 or CAP_PERFMON).
     pub kernel_callchain: bool,
@@ -44,10 +51,7 @@ impl Default for SamplerConfig {
     fn default() -> Self {
         SamplerConfig {
             frequency_hz: 99,
-            // Measured on JDK 17: a Java thread's base (TLS, thread start, call stub) takes about
-            // 7 KiB and each level of a JIT-compiled Java call chain about 180 bytes, so 32 KiB
-            // reaches the thread's base for about 140 levels (16 KiB: about 50).
-            stack_size: 32768,
+            stack_size: DEFAULT_STACK_SIZE,
             kernel_callchain: false,
             ring_pages: None,
         }
