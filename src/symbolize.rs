@@ -113,10 +113,17 @@ impl WarmingSymbols {
         modules.sort_by_key(|m| m.name != "libjvm.so");
         let activity = Arc::new(std::sync::Mutex::new(String::new()));
         let status = activity.clone();
+        let own_nice = crate::native::symcache::own_nice();
         let thread = std::thread::spawn(move || {
-            // Below the thread that drains the ring buffers: they hold only ~50 ms of samples.
+            // Below the thread that drains the ring buffers: they hold only ~250 ms of samples.
             // SAFETY: setpriority on this thread's own tid has no memory effects.
-            unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
+            unsafe {
+                libc::setpriority(
+                    libc::PRIO_PROCESS,
+                    libc::gettid() as libc::id_t,
+                    (own_nice + 10).min(19),
+                )
+            };
             let mut symbols = NativeSymbolizer::new();
             for m in &modules {
                 symbols.prepare(m, &status);
