@@ -113,7 +113,9 @@ impl WorkLog {
         let i = self.0.partition_point(|w| w.nanos <= ns);
         ensure!(
             i > 0 && i < self.0.len(),
-            "no WORK lines on both sides of {ns}"
+            "no WORK lines on both sides of {ns} (the log spans {:?} to {:?})",
+            self.0.first().map(|w| w.nanos),
+            self.0.last().map(|w| w.nanos)
         );
         let (a, b) = (&self.0[i - 1], &self.0[i]);
         let f = (ns - a.nanos) as f64 / (b.nanos - a.nanos) as f64;
@@ -584,8 +586,15 @@ fn record_rounds(
             timeline.idle.push(t.idle_window()?);
         }
     }
-    // A WORK line after the last window's end, to interpolate to.
-    t.idle(SETTLE)?;
+    // A WORK line after the last window's end, to interpolate to (the JVM may pause after
+    // JFR.stop for longer than its 100 ms between lines).
+    let end = timeline.idle.last().map_or(0, |s| s.end);
+    let log_passed_end = |log: &WorkLog| log.0.last().is_some_and(|w| w.nanos > end);
+    let mut waited = Duration::ZERO;
+    while !log_passed_end(&t.log) && waited < Duration::from_secs(30) {
+        t.idle(SETTLE)?;
+        waited += SETTLE;
+    }
     Ok(timeline)
 }
 
