@@ -240,6 +240,27 @@ impl Symbolizer {
         }
     }
 
+    /// Interns the frames of compiled code from its decoded debug info (`hotspot::scopes`):
+    /// `chain` is (`Method*`, bci), innermost first, the nmethod's own method last.
+    pub fn frames_from_scopes(
+        &mut self,
+        profile: &mut Profile,
+        chain: &[(u64, i32)],
+        out: &mut Vec<FrameId>,
+    ) {
+        let last = chain.len().saturating_sub(1);
+        for (i, &(method, bci)) in chain.iter().enumerate() {
+            let kind = if i == last {
+                FrameKind::Jit
+            } else {
+                FrameKind::Inlined
+            };
+            // HotSpot's method-entry bci (-1) reads as bytecode 0, as in `compiled`.
+            let frame = self.frame_from_method_ptr(method, bci.max(0), kind);
+            out.push(profile.intern_frame(frame));
+        }
+    }
+
     /// A compiled frame the code map could not name, named through its `Method*` now.
     fn frame_from_method_ptr(&mut self, method: u64, bci: i32, kind: FrameKind) -> Frame {
         frame_from_method(self.method_by_ptr(method), bci, kind)

@@ -177,7 +177,8 @@ impl StackWalker {
         self.code_cache.as_ref().is_some_and(|cc| cc.contains(pc))
     }
 
-    fn blob_for(&mut self, pc: u64) -> Option<Arc<BlobInfo>> {
+    /// The code blob containing `pc`, if it is in the code cache.
+    pub fn blob_for(&mut self, pc: u64) -> Option<Arc<BlobInfo>> {
         let cc = self.code_cache.as_ref()?;
         let mem = self.mem;
         let start = *self

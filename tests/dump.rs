@@ -167,3 +167,31 @@ fn dump_of_a_jvm_stuck_before_a_safepoint_shows_every_thread() {
     assert!(jvm.is_alive());
     assert_no_thread_held(jvm.pid);
 }
+
+/// Methods inlined into compiled code are decoded from the nmethod's own debug info: the
+/// forced-inline helper shows as an inlined frame over its compiled caller.
+#[test]
+fn dump_names_inlined_frames_from_the_nmethods_debug_info() {
+    let jvm = Jvm::start(
+        &[
+            "-XX:+UnlockDiagnosticVMOptions",
+            "-XX:+DebugNonSafepoints",
+            "-XX:CompileCommand=quiet",
+            "-XX:CompileCommand=inline,bench.InlineHot::helper",
+            "-XX:CompileCommand=dontinline,bench.InlineHot::hotLoop",
+        ],
+        "bench.InlineHot",
+        &[],
+    );
+    let inlined = (0..5).any(|_| {
+        let dump = dump_json(jvm.pid);
+        dump["threads"].as_array().unwrap().iter().any(|t| {
+            frame_names(t).windows(2).any(|w| {
+                w[0] == ("bench.InlineHot.helper", "inlined")
+                    && w[1] == ("bench.InlineHot.hotLoop", "compiled")
+            })
+        })
+    });
+    assert!(inlined, "no dump showed helper inlined into hotLoop");
+    assert!(jvm.is_alive());
+}

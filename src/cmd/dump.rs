@@ -4,10 +4,13 @@
 //! refuses attach. Each thread is stopped only for a register read and one stack read (see
 //! `target::freeze`); walking and naming happen after it runs on.
 //!
-//! Compiled frames are named from their nmethod's `Method*` (the shim's inline records are not
-//! there without an attach), so a method inlined into compiled code shows as its compiled caller.
+//! Compiled frames, and the methods inlined into them, are named from the nmethod's own debug
+//! info (`hotspot::scopes`), since the shim's records are not there without an attach. Without
+//! `DebugNonSafepoints` (off unless jvmperf attached once, or set on the command line) C2 keeps
+//! debug info only at calls and safepoint polls, and a top frame between two is named by the next.
 
 use crate::error::Result;
+use crate::hotspot::scopes::ScopeLayout;
 use crate::hotspot::{threads, HotSpot};
 use crate::jit::codemap::CodeMap;
 use crate::native::NativeUnwinder;
@@ -15,7 +18,7 @@ use crate::profile::{Frame, FrameKind, Profile};
 use crate::symbolize::{Symbolizer, WarmingSymbols};
 use crate::target::freeze::{self, Captured};
 use crate::target::TargetProcess;
-use crate::walker::StackWalker;
+use crate::walker::{RawFrame, StackWalker};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -109,6 +112,7 @@ fn take(opts: &DumpOptions) -> Result<Dump> {
 
     let (native, _) = warming.join();
     let mut symbolizer = Symbolizer::new(walker.method_layout().cloned(), hotspot.mem, native);
+    let scopes = ScopeLayout::discover(&hotspot.vmstructs, &hotspot.mem);
     let code = CodeMap::new();
     let mut profile = Profile::default();
     let mut threads = Vec::new();
@@ -133,7 +137,16 @@ fn take(opts: &DumpOptions) -> Result<Dump> {
                 });
                 let walk = walker.walk(&snap.regs, &snap.stack);
                 let mut ids = Vec::new();
-                for raw in &walk.frames {
+                for (i, raw) in walk.frames.iter().enumerate() {
+                    if let (RawFrame::Compiled { pc, .. }, Some(scopes)) = (raw, &scopes) {
+                        let chain = walker.blob_for(*pc).and_then(|blob| {
+                            scopes.methods_at(&hotspot.mem, blob.start, blob.code_begin, *pc, i > 0)
+                        });
+                        if let Some(chain) = chain {
+                            symbolizer.frames_from_scopes(&mut profile, &chain, &mut ids);
+                            continue;
+                        }
+                    }
                     let mut same = 0..u64::MAX;
                     symbolizer.frames(
                         &mut profile,

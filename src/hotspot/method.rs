@@ -224,8 +224,8 @@ pub fn decode_line_table(bytes: &[u8], bias: u8) -> Option<Vec<(u32, u32)>> {
         match b {
             0 => return Some(out),
             0xff => {
-                bci += read_signed_unsigned5(bytes, &mut at, bias)?;
-                line += read_signed_unsigned5(bytes, &mut at, bias)?;
+                bci += super::unsigned5::read_signed(bytes, &mut at, bias)?;
+                line += super::unsigned5::read_signed(bytes, &mut at, bias)?;
             }
             _ => {
                 bci += (b >> 3) as i64;
@@ -238,24 +238,6 @@ pub fn decode_line_table(bytes: &[u8], bias: u8) -> Option<Vec<(u32, u32)>> {
         out.push((bci as u32, line as u32));
     }
     None
-}
-
-/// UNSIGNED5 (lg_H = 6, L = 192 − bias), then zig-zag decoded.
-fn read_signed_unsigned5(bytes: &[u8], at: &mut usize, bias: u8) -> Option<i64> {
-    let x = bias as u32;
-    let low_limit = 192 + x;
-    let mut value: u64 = 0;
-    for i in 0..5 {
-        let b = *bytes.get(*at)? as u32;
-        *at += 1;
-        let digit = b.checked_sub(x)? as u64;
-        value += digit << (6 * i);
-        if b < low_limit {
-            break;
-        }
-    }
-    let v = value as u32;
-    Some(((v >> 1) as i32 ^ -((v & 1) as i32)) as i64)
 }
 
 #[cfg(test)]

@@ -12,7 +12,9 @@ pub mod flags;
 pub mod frame;
 pub mod libjvm;
 pub mod method;
+pub mod scopes;
 pub mod threads;
+pub mod unsigned5;
 pub mod vmstructs;
 
 use crate::error::{Error, ErrorKind, Result};
