@@ -6,3 +6,4 @@ pub mod doctor;
 pub mod jitmap;
 pub mod record;
 pub mod report;
+pub mod report_jit;

@@ -45,7 +45,7 @@ impl FrameKind {
 }
 
 /// One version of a method's compiled code, as HotSpot's nmethod header describes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CompiledCode {
     /// HotSpot's compilation level (`compiler/compilerDefinitions.hpp CompLevel`): 1–3 C1
     /// (without, with some, with full profiling), 4 C2; 0 when unknown.
