@@ -4,6 +4,7 @@ pub mod convert;
 pub mod diff;
 pub mod doctor;
 pub mod jitmap;
+pub mod reachability;
 pub mod record;
 pub mod report;
 pub mod report_jit;
