@@ -444,21 +444,11 @@ mod tests {
         });
         let main = p.intern_frame(java("bench.App.main", FrameKind::Interpreted, 5));
         let hot = p.intern_frame(Frame {
-            code: Some(CompiledCode {
-                level: 4,
-                compile_id: 812,
-                osr_bci: Some(5),
-                code_size: 1024,
-            }),
+            code: Some(CompiledCode::TEST_VERSIONS[0]),
             ..java("bench.App.hot", FrameKind::Jit, 9)
         });
         let hot_c1 = p.intern_frame(Frame {
-            code: Some(CompiledCode {
-                level: 3,
-                compile_id: 700,
-                osr_bci: None,
-                code_size: 512,
-            }),
+            code: Some(CompiledCode::TEST_VERSIONS[1]),
             ..java("bench.App.hot", FrameKind::Jit, 9)
         });
         let helper = p.intern_frame(java("bench.App.helper", FrameKind::Inlined, 14));

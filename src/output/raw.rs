@@ -493,12 +493,7 @@ pub(super) mod tests {
             ..p.frames[main as usize].clone()
         };
         let hot = p.intern_frame(Frame {
-            code: Some(CompiledCode {
-                level: 4,
-                compile_id: 812,
-                osr_bci: Some(5),
-                code_size: 1024,
-            }),
+            code: Some(CompiledCode::TEST_VERSIONS[0]),
             ..jit.clone()
         });
         let libz = p.intern_frame(Frame {
@@ -507,12 +502,7 @@ pub(super) mod tests {
         });
         // The same method in another code version: a frame of its own.
         let hot_c1 = p.intern_frame(Frame {
-            code: Some(CompiledCode {
-                level: 3,
-                compile_id: 700,
-                osr_bci: None,
-                code_size: 512,
-            }),
+            code: Some(CompiledCode::TEST_VERSIONS[1]),
             ..jit
         });
         let s1 = p.intern_stack(vec![main, hot]);

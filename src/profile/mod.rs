@@ -59,6 +59,23 @@ pub struct CompiledCode {
 }
 
 impl CompiledCode {
+    /// Two versions of one method's code, a C2 OSR compile and a C1 one, for format tests.
+    #[cfg(test)]
+    pub(crate) const TEST_VERSIONS: [CompiledCode; 2] = [
+        CompiledCode {
+            level: 4,
+            compile_id: 812,
+            osr_bci: Some(5),
+            code_size: 1024,
+        },
+        CompiledCode {
+            level: 3,
+            compile_id: 700,
+            osr_bci: None,
+            code_size: 512,
+        },
+    ];
+
     /// Compiled by C1 (levels 1–3).
     pub fn is_c1(&self) -> bool {
         (1..=3).contains(&self.level)
