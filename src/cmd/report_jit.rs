@@ -193,6 +193,12 @@ pub fn render(profile: &Profile, log: Option<&CompilationLog>, top: usize) -> St
     if let Some(why) = log.and_then(|l| l.cut_short.as_deref()) {
         let _ = writeln!(out, "LogCompilation read up to an error: {why}");
     }
+    if log.is_some_and(|l| l.tasks.is_empty()) {
+        let _ = writeln!(
+            out,
+            "LogCompilation holds no compile tasks: the JVM appends its compiler threads' part when it exits"
+        );
+    }
     let shown = if top == 0 {
         hot.len()
     } else {
@@ -383,6 +389,11 @@ mod tests {
                 "{text}"
             );
         }
+        // A running JVM's log: its main part only, no tasks yet.
+        let main_part = parse(&LOG.as_bytes()[..LOG.find("<compilation_log").unwrap()]);
+        let text = render(&profile(15), Some(&main_part), 0);
+        assert!(text.contains("holds no compile tasks"), "{text}");
+        assert!(!text.contains("deoptimized"), "{text}");
         let text = render(&profile(15), None, 1);
         assert!(
             text.contains("@14 inlined bench.A.inl(long, int)"),
