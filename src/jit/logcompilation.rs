@@ -264,6 +264,7 @@ pub fn parse(input: impl BufRead) -> CompilationLog {
                 match e.name().as_ref() {
                     b"parse" => {
                         st.scopes.pop();
+                        st.pending = None;
                     }
                     b"task" => finish_task(&mut log, &mut st),
                     b"uncommon_trap" => {
@@ -312,6 +313,7 @@ pub fn parse(input: impl BufRead) -> CompilationLog {
             }
             b"method" => st.method(e),
             b"parse" if !empty => {
+                st.pending = None;
                 let m = attr(e, "method").and_then(|id| st.methods.get(&id).cloned());
                 // An unknown method still opens a scope, so the `</parse>` pairs up.
                 let m = m.unwrap_or_else(|| MethodRef {
@@ -322,6 +324,8 @@ pub fn parse(input: impl BufRead) -> CompilationLog {
                 st.scopes.push((m, -1));
             }
             b"bc" => {
+                // A call without a decision (an uncommon trap instead) must not take the next one's.
+                st.pending = None;
                 if let (Some(scope), Some(bci)) = (st.scopes.last_mut(), num(e, "bci")) {
                     scope.1 = bci;
                 }
@@ -445,6 +449,9 @@ pub(crate) mod tests {
 </parse>
 <parse_done stamp='0.041'/>
 </parse>
+<bc code='182' bci='18'/>
+<call method='1279' count='0' prof_factor='1.0' inline='1'/>
+<uncommon_trap bci='18' reason='unloaded' action='reinterpret' index='46'/>
 <bc code='184' bci='21'/>
 <method id='1278' holder='1274' name='notInl' return='1138' arguments='1138 1137' flags='8' bytes='32'/>
 <call method='1278' count='40960' prof_factor='1.0' inline='1'/>
