@@ -13,7 +13,7 @@ for major in 11 21 25; do
     exit 1
   fi
   echo "test.sh: JVM integration tests on JDK $major"
-  tests=(--test attach --test record --test dump)
+  tests=(--test attach --test record --test dump --test tiers)
   [ "$major" -ge 21 ] && tests+=(--test virtual_threads)
   JVMPERF_TEST_JAVA_HOME="$home" cargo test "${tests[@]}"
 done

@@ -1,6 +1,7 @@
 //! jvmperf: a stack-sampling profiler for HotSpot JVMs on Linux.
 
 pub(crate) mod attach;
+pub mod calltree;
 pub(crate) mod cli;
 pub mod cmd;
 pub(crate) mod engine;

@@ -3,8 +3,10 @@
 
 use crate::attach;
 use crate::error::{err, ErrorKind, Result};
+use crate::hotspot::codecache::CodeCache;
 use crate::hotspot::HotSpot;
 use crate::jit::state::{JitState, RetransformResult};
+use crate::profile::CompiledCode;
 use crate::shim::protocol;
 use crate::shim::session::ShimSession;
 use crate::target::TargetProcess;
@@ -34,6 +36,8 @@ pub struct LiveJvm {
     pub time_to_code_map: Duration,
     /// When FORGET_METHODS was last sent, and `state.methods_forgotten` then.
     forget_requested: Option<(Instant, u64)>,
+    /// The code cache's heaps, for reading each loaded nmethod's tier and compile id.
+    code_cache: Option<CodeCache>,
 }
 
 impl LiveJvm {
@@ -55,6 +59,7 @@ impl LiveJvm {
             time_to_hello,
             time_to_code_map: Duration::ZERO,
             forget_requested: None,
+            code_cache: None,
         };
         let deadline = Instant::now() + REPLAY_TIMEOUT;
         while live.state.replay_done.is_none() {
@@ -82,10 +87,28 @@ impl LiveJvm {
             .session
             .next(deadline.saturating_duration_since(Instant::now()))?
         {
+            let mut frame = frame;
+            if let protocol::Record::NmethodLoad(nm) = &mut frame.record {
+                nm.compiled = self.compiled_code(nm.code_addr, nm.code_size);
+            }
             self.state.apply(frame);
             n += 1;
         }
         Ok(n)
+    }
+
+    /// Tier and compile id of freshly loaded code, from its nmethod header. The code cache's heaps
+    /// are re-read when the code lies outside those known (the cache grew).
+    fn compiled_code(&mut self, code_addr: u64, code_size: u32) -> Option<CompiledCode> {
+        let (vs, mem) = (&self.hotspot.vmstructs, &self.hotspot.mem);
+        if self.code_cache.is_none() {
+            self.code_cache = CodeCache::discover(vs, mem);
+        }
+        let cc = self.code_cache.as_mut()?;
+        if !cc.contains(code_addr) {
+            cc.refresh(vs, mem);
+        }
+        cc.compiled_code(mem, code_addr, code_size)
     }
 
     /// Keep a long recording's memory bounded: forget code unloaded before `oldest` (the time of the

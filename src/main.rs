@@ -38,6 +38,8 @@ enum Command {
     Report(cmd::report::ReportOptions),
     /// Write a differential flame graph of two profiles.
     Diff(cmd::diff::DiffOptions),
+    /// List the Java methods with samples that a native-image call tree report does not reach.
+    Reachability(cmd::reachability::ReachabilityOptions),
     /// Build a native symbol cache file from a debug file (run by jvmperf itself, in a child
     /// process, the first time it meets a module).
     #[command(hide = true)]
@@ -64,6 +66,7 @@ fn main() {
         Command::Convert(opts) => cmd::convert::run(&opts),
         Command::Report(opts) => cmd::report::run(&opts),
         Command::Diff(opts) => cmd::diff::run(&opts),
+        Command::Reachability(opts) => cmd::reachability::run(&opts),
     };
     if let Err(e) = result {
         eprintln!("jvmperf: error: {e}");

@@ -59,6 +59,7 @@ fn java_frame(
         signature: Some(m_sig.to_string()),
         module: None,
         start_line,
+        code: None,
     }
 }
 
@@ -391,7 +392,7 @@ impl Symbolizer {
                     } else {
                         FrameKind::Inlined
                     };
-                    let frame = match code.method(m) {
+                    let mut frame = match code.method(m) {
                         Some(info) => java_frame(
                             info.qualified_name(),
                             kind,
@@ -406,6 +407,9 @@ impl Symbolizer {
                             self.frame_from_method_ptr(method, bci, kind)
                         }
                     };
+                    if kind == FrameKind::Jit {
+                        frame.code = nmethod.and_then(CodeEntry::compiled);
+                    }
                     out.push(profile.intern_frame(frame));
                 }
                 complete
@@ -415,15 +419,18 @@ impl Symbolizer {
                 // known code, bci 0 as HotSpot's own walkers give it (native wrappers, and
                 // fill_from_compiled_native_frame for pcs without a PcDesc).
                 if let Some(info) = entry.and_then(|e| e.method()).and_then(|m| code.method(m)) {
-                    let frame = java_frame(
-                        info.qualified_name(),
-                        FrameKind::Jit,
-                        &info.signature,
-                        &info.source_file,
-                        None,
-                        0,
-                        info.line_of(-1),
-                    );
+                    let frame = Frame {
+                        code: entry.and_then(CodeEntry::compiled),
+                        ..java_frame(
+                            info.qualified_name(),
+                            FrameKind::Jit,
+                            &info.signature,
+                            &info.source_file,
+                            None,
+                            0,
+                            info.line_of(-1),
+                        )
+                    };
                     out.push(profile.intern_frame(frame));
                     return true;
                 }

@@ -39,7 +39,7 @@ struct Counts {
     methods: BTreeMap<String, (u64, u64)>,
 }
 
-const JAVA_SUFFIXES: [&str; 3] = ["_[j]", "_[i]", "_[0]"];
+const JAVA_SUFFIXES: [&str; 4] = ["_[j]", "_[1]", "_[i]", "_[0]"];
 
 fn java_name(label: &str) -> Option<&str> {
     JAVA_SUFFIXES.iter().find_map(|s| label.strip_suffix(s))

@@ -151,13 +151,17 @@ pub fn render(map: &CodeMap) -> String {
                 e.end,
                 entry_name(map, e)
             )),
-            CodeKind::Nmethod { method, pcs } => {
+            CodeKind::Nmethod { method, pcs, .. } => {
                 let source = map
                     .method(*method)
                     .map(|m| m.source_file.as_str())
                     .unwrap_or("");
+                let tier = e
+                    .compiled()
+                    .map(|c| format!("{} compile {}, ", c.tier_name(), c.compile_id))
+                    .unwrap_or_default();
                 out.push_str(&format!(
-                    "nmethod {:#x}-{:#x} {} ({source}) [{origin}, {} debug points]\n",
+                    "nmethod {:#x}-{:#x} {} ({source}) [{origin}, {tier}{} debug points]\n",
                     e.start,
                     e.end,
                     entry_name(map, e),

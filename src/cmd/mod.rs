@@ -5,5 +5,7 @@ pub mod diff;
 pub mod doctor;
 pub mod dump;
 pub mod jitmap;
+pub mod reachability;
 pub mod record;
 pub mod report;
+pub mod report_jit;

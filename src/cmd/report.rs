@@ -35,6 +35,15 @@ pub struct ReportOptions {
     /// Order by self or total samples.
     #[arg(long, value_enum, default_value = "self")]
     pub sort: SortBy,
+    /// The compiled code instead: the hottest code versions (method, tier, compile id, size) with
+    /// their hot call sites, inlined or called.
+    #[arg(long, conflicts_with = "threads")]
+    pub jit: bool,
+    /// With --jit: the HotSpot LogCompilation file of the same run
+    /// (-XX:+UnlockDiagnosticVMOptions -XX:+LogCompilation -XX:LogFile=FILE), for why calls were
+    /// or were not inlined and how the hot code was deoptimized.
+    #[arg(long, value_name = "FILE", requires = "jit")]
+    pub log_compilation: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -218,6 +227,18 @@ pub fn render(rec: &Recording, opts: &ReportOptions) -> String {
 
 pub fn run(opts: &ReportOptions) -> Result<()> {
     let rec = input::read(&opts.input)?;
+    if opts.jit {
+        let log = match &opts.log_compilation {
+            Some(path) => Some(crate::jit::logcompilation::read(path)?),
+            None => None,
+        };
+        print!("{}: {}, ", rec.path.display(), rec.format.name());
+        print!(
+            "{}",
+            super::report_jit::render(&rec.profile, log.as_ref(), opts.top)
+        );
+        return Ok(());
+    }
     if opts.threads {
         rec.require_threads("--threads")?;
     }
@@ -274,6 +295,8 @@ mod tests {
                 threads: true,
                 top: 1,
                 sort: SortBy::SelfSamples,
+                jit: false,
+                log_compilation: None,
             },
         );
         assert!(text.contains("3 samples"), "{text}");

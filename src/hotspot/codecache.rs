@@ -4,6 +4,7 @@
 //! OTel profiler do).
 
 use super::vmstructs::VmStructs;
+use crate::profile::CompiledCode;
 use crate::target::TargetMemory;
 
 /// A corrupt segment map must not make us loop: HotSpot's hops are short.
@@ -41,6 +42,17 @@ struct Layout {
     nm_method: Option<u64>,
     nm_deopt_handler: Option<CodeBound>,
     nm_orig_pc_offset: Option<u64>,
+    nm_compile: Option<CompileFields>,
+}
+
+/// Where an nmethod keeps its compile facts (JDK `code/nmethod.hpp`: `_entry_bci`, `_compile_id`,
+/// `_comp_level`; the level is an `int` up to JDK 20 and a one-byte `CompLevel` later: the low
+/// byte is the level either way, on little-endian x86-64).
+#[derive(Debug, Clone, Copy)]
+struct CompileFields {
+    entry_bci: u64,
+    compile_id: u64,
+    comp_level: u64,
 }
 
 fn width_of(type_string: &str) -> u64 {
@@ -102,6 +114,13 @@ impl Layout {
             nm_method,
             nm_deopt_handler,
             nm_orig_pc_offset: off("nmethod", "_orig_pc_offset"),
+            nm_compile: (|| {
+                Some(CompileFields {
+                    entry_bci: off("nmethod", "_entry_bci")?,
+                    compile_id: off("nmethod", "_compile_id")?,
+                    comp_level: off("nmethod", "_comp_level")?,
+                })
+            })(),
         })
     }
 }
@@ -317,6 +336,47 @@ impl CodeCache {
                     .unwrap_or(0),
                 _ => 0,
             },
+        })
+    }
+
+    /// Tier, compile id and OSR entry of the nmethod whose code starts at `code_addr` (JVMTI's
+    /// `CompiledMethodLoad` address, `nm->code_begin()`) and is `code_size` bytes long. `None`
+    /// unless the blob there is an nmethod whose code starts there and holds that many bytes: the
+    /// load record may arrive after its code was freed, and a different blob must not lend its
+    /// facts.
+    pub fn compiled_code(
+        &self,
+        mem: &dyn TargetMemory,
+        code_addr: u64,
+        code_size: u32,
+    ) -> Option<CompiledCode> {
+        let fields = self.layout.nm_compile?;
+        let blob = self.read_blob(mem, self.find_blob(mem, code_addr)?)?;
+        // JDK 11 reports the instructions' size, later JDKs the whole code section's.
+        let exact = blob.code_begin == code_addr
+            && blob.code_end.checked_sub(code_addr) >= Some(code_size as u64);
+        if blob.kind != BlobKind::Nmethod || !exact {
+            return None;
+        }
+        let entry_bci = mem
+            .read_u32(blob.start.wrapping_add(fields.entry_bci))
+            .ok()? as i32;
+        let compile_id = mem
+            .read_u32(blob.start.wrapping_add(fields.compile_id))
+            .ok()?;
+        let level = mem
+            .read_u8(blob.start.wrapping_add(fields.comp_level))
+            .ok()?;
+        // CompLevel_full_optimization is 4; anything else is not a compiled level.
+        if !(1..=4).contains(&level) {
+            return None;
+        }
+        Some(CompiledCode {
+            level,
+            compile_id,
+            // InvocationEntryBci (-1) marks a normal compile.
+            osr_bci: (entry_bci >= 0).then_some(entry_bci),
+            code_size,
         })
     }
 }

@@ -184,6 +184,11 @@ pub(crate) mod fixture_tests {
         let cc = CodeCache::discover(&vs, &mem).unwrap();
         assert!(cc.read_blob(&mem, top).is_none());
         assert!(cc.find_blob(&mem, top).is_none());
+        assert!(cc.compiled_code(&mem, top, 16).is_none());
+        assert!(
+            cc.compiled_code(&mem, cc.low, 16).is_none(),
+            "no nmethod captured"
+        );
         // The flag array, and VMStructs' own table, moved to the top.
         let flags_var = vs.address("JVMFlag", "flags").unwrap();
         let bad = patch(&mem, flags_var, top);

@@ -6,6 +6,7 @@
 //! the entry covering `addr` with the earliest end that is still after `t`. Resolution runs after
 //! recording (or after a short delay), so load records delivered late still resolve earlier samples.
 
+use crate::profile::CompiledCode;
 use crate::shim::protocol::{MethodInfo, NmethodLoad, PcInfo};
 use std::collections::{HashMap, HashSet};
 
@@ -13,8 +14,13 @@ pub type MethodId = u64;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CodeKind {
-    /// A compiled Java method and its debug points, sorted by pc.
-    Nmethod { method: MethodId, pcs: Vec<PcInfo> },
+    /// A compiled Java method and its debug points, sorted by pc, with its tier and compile id
+    /// when the nmethod's header could be read.
+    Nmethod {
+        method: MethodId,
+        pcs: Vec<PcInfo>,
+        compiled: Option<CompiledCode>,
+    },
     /// A stub, adapter or the interpreter, named by DynamicCodeGenerated.
     Blob { name: String },
 }
@@ -33,6 +39,14 @@ pub struct CodeEntry {
 impl CodeEntry {
     fn valid_until(&self) -> u64 {
         self.unload_time.unwrap_or(u64::MAX)
+    }
+
+    /// Tier and compile id of an nmethod's code, when known.
+    pub fn compiled(&self) -> Option<CompiledCode> {
+        match &self.kind {
+            CodeKind::Nmethod { compiled, .. } => *compiled,
+            CodeKind::Blob { .. } => None,
+        }
     }
 
     pub fn method(&self) -> Option<MethodId> {
@@ -119,6 +133,7 @@ impl CodeMap {
             kind: CodeKind::Nmethod {
                 method: load.method,
                 pcs,
+                compiled: load.compiled,
             },
         });
     }
@@ -209,7 +224,7 @@ impl CodeMap {
     pub fn retain_referenced_methods(&mut self) {
         let mut used = HashSet::new();
         for e in &self.entries {
-            if let CodeKind::Nmethod { method, pcs } = &e.kind {
+            if let CodeKind::Nmethod { method, pcs, .. } = &e.kind {
                 used.insert(*method);
                 used.extend(pcs.iter().flat_map(|p| p.frames.iter().map(|f| f.0)));
             }
@@ -364,6 +379,7 @@ mod tests {
             code_addr: addr,
             code_size: size,
             replayed: false,
+            compiled: None,
             pcs: pcs
                 .iter()
                 .map(|(pc, f)| PcInfo {

@@ -2,4 +2,5 @@
 //! records, stubs, methods — folded from the shim's records into a time-versioned code map.
 
 pub mod codemap;
+pub mod logcompilation;
 pub mod state;

@@ -1,9 +1,10 @@
 //! Collapsed stacks (Brendan Gregg's folded format): `root;…;leaf count`, Java frames suffixed with
-//! `_[j]` compiled, `_[i]` inlined, `_[0]` interpreted, `_[k]` kernel.
+//! `_[j]` compiled by C2 (or of unknown tier), `_[1]` compiled by C1 (async-profiler's marks),
+//! `_[i]` inlined, `_[0]` interpreted, `_[k]` kernel.
 
 use super::OutputOptions;
 use crate::error::{Error, ErrorKind, Result};
-use crate::profile::{Frame, FrameKind, Profile, MAX_WEIGHT};
+use crate::profile::{CompiledCode, Frame, FrameKind, Profile, MAX_WEIGHT};
 use std::collections::BTreeMap;
 
 const SUFFIXES: [(&str, FrameKind); 4] = [
@@ -13,11 +14,17 @@ const SUFFIXES: [(&str, FrameKind); 4] = [
     ("_[k]", FrameKind::Kernel),
 ];
 
+/// The suffix of C1-compiled frames; their tier within C1 is not kept.
+const C1_SUFFIX: &str = "_[1]";
+
 pub fn frame_label(frame: &Frame) -> String {
-    let suffix = SUFFIXES
-        .iter()
-        .find(|(_, k)| *k == frame.kind)
-        .map_or("", |(s, _)| s);
+    let suffix = match frame.code {
+        Some(code) if frame.kind == FrameKind::Jit && code.is_c1() => C1_SUFFIX,
+        _ => SUFFIXES
+            .iter()
+            .find(|(_, k)| *k == frame.kind)
+            .map_or("", |(s, _)| s),
+    };
     // `;` separates frames and a trailing space-number is the count: keep names free of both.
     let name: String = frame
         .name
@@ -74,6 +81,17 @@ pub fn render(profile: &Profile, opts: &OutputOptions) -> String {
 
 /// A frame from its label: the kind from the suffix; unsuffixed frames read as native.
 pub fn parse_label(label: &str) -> Frame {
+    if let Some(name) = label.strip_suffix(C1_SUFFIX) {
+        return Frame {
+            code: Some(CompiledCode {
+                level: 1,
+                compile_id: 0,
+                osr_bci: None,
+                code_size: 0,
+            }),
+            ..Frame::named(name, FrameKind::Jit)
+        };
+    }
     for (suffix, kind) in SUFFIXES {
         if let Some(name) = label.strip_suffix(suffix) {
             return Frame::named(name, kind);
@@ -126,13 +144,15 @@ mod tests {
 
     #[test]
     fn parse_reads_what_render_writes() {
-        let text = "a;b.C.m_[j];b.C.h_[i] 3\na;b.C.i_[0];sys_[k] 2\nx 1\n";
+        let text = "a;b.C.m_[j];b.C.h_[i] 3\na;b.C.i_[0];sys_[k] 2\na;b.C.m_[1];b.C.h_[i] 4\nx 1\n";
         let p = parse(text.as_bytes()).unwrap();
-        assert_eq!(p.total_weight(), 6);
+        assert_eq!(p.total_weight(), 10);
         assert_eq!(p.frames[2], Frame::named("b.C.h", FrameKind::Inlined));
         assert_eq!(p.frames[3].kind, FrameKind::Interpreted);
         assert_eq!(p.frames[4].kind, FrameKind::Kernel);
         assert_eq!(p.frames[0].kind, FrameKind::Native);
+        let c1 = p.frames.iter().find(|f| f.code.is_some()).unwrap();
+        assert_eq!((c1.name.as_str(), c1.kind), ("b.C.m", FrameKind::Jit));
         let opts = OutputOptions { threads: false };
         let mut lines: Vec<&str> = text.lines().collect();
         lines.sort();

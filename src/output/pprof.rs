@@ -7,11 +7,13 @@
 //! - Locations: one per physical frame; a compiled Java frame carries its inlined methods as
 //!   extra lines (innermost first), as pprof models inlining.
 //! - Mappings tell the kind of code: `[jvm jit]`, `[jvm interpreter]`, `[jvm stubs]`,
-//!   `[kernel.kallsyms]`, `[thread]`, or the native module's file name.
+//!   `[kernel.kallsyms]`, `[thread]`, or the native module's file name. Each version of compiled
+//!   code whose tier is known has a `[jvm jit]` mapping of its own, its build id
+//!   `level=4 compile_id=812 osr_bci=5 code_size=1024` (`osr_bci` only for OSR code).
 //! - Labels: `thread` (name) and `tid` on every sample.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::profile::{Frame, FrameId, FrameKind, Profile, MAX_WEIGHT};
+use crate::profile::{CompiledCode, Frame, FrameId, FrameKind, Profile, MAX_WEIGHT};
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use flate2::Compression;
@@ -41,7 +43,42 @@ struct Builder {
     strings: HashMap<String, i64>,
     functions: HashMap<(i64, i64, i64, i64), u64>,
     locations: HashMap<(u64, Vec<(u64, i64)>), u64>,
-    mappings: HashMap<String, u64>,
+    mappings: HashMap<(String, String), u64>,
+}
+
+/// The build id of a compiled code version's mapping.
+fn code_build_id(c: &CompiledCode) -> String {
+    let osr = c
+        .osr_bci
+        .map(|b| format!(" osr_bci={b}"))
+        .unwrap_or_default();
+    format!(
+        "level={} compile_id={}{osr} code_size={}",
+        c.level, c.compile_id, c.code_size
+    )
+}
+
+/// A code version from its mapping's build id; `None` for other build ids.
+fn parse_code_build_id(id: &str) -> Option<CompiledCode> {
+    let mut c = CompiledCode {
+        level: 0,
+        compile_id: 0,
+        osr_bci: None,
+        code_size: 0,
+    };
+    let mut level = None;
+    for field in id.split(' ') {
+        let (key, value) = field.split_once('=')?;
+        match key {
+            "level" => level = Some(value.parse().ok()?),
+            "compile_id" => c.compile_id = value.parse().ok()?,
+            "osr_bci" => c.osr_bci = Some(value.parse().ok()?),
+            "code_size" => c.code_size = value.parse().ok()?,
+            _ => {}
+        }
+    }
+    c.level = level?;
+    Some(c)
 }
 
 impl Builder {
@@ -67,21 +104,28 @@ impl Builder {
                 None => return 0,
             },
         };
-        if let Some(&id) = self.mappings.get(name) {
+        let build = match (frame.kind, &frame.code) {
+            (FrameKind::Jit, Some(code)) => code_build_id(code),
+            _ => String::new(),
+        };
+        let key = (name.to_string(), build);
+        if let Some(&id) = self.mappings.get(&key) {
             return id;
         }
         let id = self.out.mapping.len() as u64 + 1;
         let filename = self.string(name);
+        let build_id = self.string(&key.1);
         self.out.mapping.push(proto::Mapping {
             id,
             filename,
+            build_id,
             has_functions: true,
             has_filenames: true,
             has_line_numbers: true,
             has_inline_frames: true,
             ..Default::default()
         });
-        self.mappings.insert(name.to_string(), id);
+        self.mappings.insert(key, id);
         id
     }
 
@@ -270,8 +314,12 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
         .position(|&(t, u)| t == "samples" && u == "count")
         .ok_or_else(|| corrupt("no samples/count sample type"))?;
     let mut mappings: HashMap<u64, &str> = HashMap::new();
+    let mut code_versions: HashMap<u64, CompiledCode> = HashMap::new();
     for m in &pb.mapping {
         mappings.insert(m.id, string(m.filename)?);
+        if let Some(code) = parse_code_build_id(string(m.build_id)?) {
+            code_versions.insert(m.id, code);
+        }
     }
     let functions: HashMap<u64, &proto::Function> = pb.function.iter().map(|f| (f.id, f)).collect();
 
@@ -322,6 +370,10 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
                     .filter(|s| kind.is_java() && s.starts_with('('))
                     .map(str::to_string),
                 module: mapping.filter(|_| kind == FrameKind::Native).map(Arc::from),
+                code: code_versions
+                    .get(&l.mapping_id)
+                    .copied()
+                    .filter(|_| kind == FrameKind::Jit),
                 ..Frame::named(name, kind)
             };
             ids.push(profile.intern_frame(frame));
@@ -391,13 +443,21 @@ mod tests {
             ..Frame::named("start_thread", FrameKind::Native)
         });
         let main = p.intern_frame(java("bench.App.main", FrameKind::Interpreted, 5));
-        let hot = p.intern_frame(java("bench.App.hot", FrameKind::Jit, 9));
+        let hot = p.intern_frame(Frame {
+            code: Some(CompiledCode::TEST_VERSIONS[0]),
+            ..java("bench.App.hot", FrameKind::Jit, 9)
+        });
+        let hot_c1 = p.intern_frame(Frame {
+            code: Some(CompiledCode::TEST_VERSIONS[1]),
+            ..java("bench.App.hot", FrameKind::Jit, 9)
+        });
         let helper = p.intern_frame(java("bench.App.helper", FrameKind::Inlined, 14));
         let kernel = p.intern_frame(Frame::named("do_syscall_64", FrameKind::Kernel));
         let s1 = p.intern_stack(vec![libc, main, hot, helper]);
         let s2 = p.intern_stack(vec![libc, main, hot, kernel]);
+        let s3 = p.intern_stack(vec![libc, main, hot_c1, helper]);
         p.thread_names.insert(10, "worker".into());
-        for (tid, stack, weight) in [(10, s1, 2), (11, s2, 1), (10, s1, 1)] {
+        for (tid, stack, weight) in [(10, s1, 2), (11, s2, 1), (10, s1, 1), (10, s3, 4)] {
             p.samples.push(Sample {
                 time: 0,
                 tid,
@@ -442,7 +502,7 @@ mod tests {
         GzDecoder::new(&bytes[..]).read_to_end(&mut raw).unwrap();
         let pb = proto::Profile::decode(&raw[..]).unwrap();
         assert_eq!(pb.period, 1_000_000);
-        assert_eq!(pb.sample.len(), 2, "same stack and thread aggregated");
+        assert_eq!(pb.sample.len(), 3, "same stack and thread aggregated");
         assert_eq!(pb.sample[0].value, vec![3, 3_000_000]);
         let leaf = pb
             .location
@@ -458,7 +518,7 @@ mod tests {
         assert_eq!(pb.sample[0].location_id.len(), 3);
 
         let q = parse(&bytes).unwrap();
-        assert_eq!(q.total_weight(), 4);
+        assert_eq!(q.total_weight(), 8);
         assert_eq!(q.period_ns, 1_000_000);
         assert_eq!(q.thread_name(10), "worker");
         assert_eq!(q.thread_name(11), "tid-11");
@@ -488,6 +548,21 @@ mod tests {
                 FrameKind::Jit,
                 FrameKind::Kernel
             ]
+        );
+        // Both code versions of bench.App.hot keep their tier and compile id.
+        let s3: Vec<Frame> = q
+            .stacks
+            .frames(q.samples[2].stack)
+            .into_iter()
+            .map(|f| q.frames[f as usize].clone())
+            .collect();
+        assert_eq!(s3[2].code, p.frames[3].code);
+        assert_eq!(s3[2].code.unwrap().compile_id, 700);
+        assert_eq!(got[2].code.unwrap().osr_bci, Some(5));
+        assert_eq!(
+            parse_code_build_id("a0b1c2"),
+            None,
+            "another tool's build id"
         );
     }
 

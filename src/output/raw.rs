@@ -1,12 +1,12 @@
 //! The `.jvmperf` raw recording: every sample with its CLOCK_MONOTONIC time and thread, already
 //! symbolized, so a recording can be converted, windowed and filtered later.
 //!
-//! Layout (version 1.0; integers are unsigned LEB128 varints unless noted):
+//! Layout (version 1.1; integers are unsigned LEB128 varints unless noted):
 //!
 //! ```text
 //! header (24 bytes, fixed):
 //!   magic        8 bytes  "JVMPERF\0"
-//!   major, minor 2 × u8   1, 0 — a reader refuses another major and reads any minor
+//!   major, minor 2 × u8   1, 1 — a reader refuses another major and reads any minor
 //!   flags        u8       bit 0: the body is gzip-compressed
 //!   reserved     u8       0
 //!   crc32        u32 LE   of the uncompressed body
@@ -21,15 +21,18 @@
 //!   stacks:   n, n × (depth, depth × frame index)      root first
 //!   samples:  n, n × (time delta, thread index, stack index, weight)
 //!             time delta: zigzag(time − previous time), the first against start_ns
+//!   compiled (1.1): n, n × (frame index, level, compile id, osr bci, code size)
+//!             the code version of compiled frames; osr bci: 0 = not OSR, else zigzag(bci) + 1
 //! ```
 //!
-//! Later minor versions may append fields after the samples; readers ignore them.
+//! Later minor versions may append fields after the samples; readers ignore them (a 1.0 reader
+//! reads a 1.1 file without its compiled-code table, a 1.1 reader a 1.0 file as having none).
 //!
 //! A recording in progress keeps its named samples in a spill file on disk, not in memory
 //! (`output::spill`), and writes the file from it at the end.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::profile::{Frame, FrameKind, Profile, Sample, MAX_WEIGHT};
+use crate::profile::{CompiledCode, Frame, FrameKind, Profile, Sample, MAX_WEIGHT};
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use flate2::{Compression, Crc};
@@ -39,7 +42,7 @@ use std::sync::Arc;
 
 pub const MAGIC: &[u8; 8] = b"JVMPERF\0";
 const MAJOR: u8 = 1;
-const MINOR: u8 = 0;
+const MINOR: u8 = 1;
 const FLAG_GZIP: u8 = 1;
 const HEADER_LEN: usize = 24;
 /// Larger bodies are refused rather than allocated (a corrupt length).
@@ -156,6 +159,24 @@ pub(super) fn put_sample(buf: &mut Vec<u8>, prev: &mut u64, s: &Sample, thread: 
     put(buf, s.weight);
 }
 
+/// The compiled-code table (1.1), written after the samples.
+pub(super) fn put_compiled(buf: &mut Vec<u8>, profile: &Profile) {
+    let compiled: Vec<_> = profile
+        .frames
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| Some((i, f.code?)))
+        .collect();
+    put(buf, compiled.len() as u64);
+    for (i, c) in compiled {
+        put(buf, i as u64);
+        put(buf, c.level as u64);
+        put(buf, c.compile_id as u64);
+        put(buf, c.osr_bci.map_or(0, |b| zigzag(b as i64) + 1));
+        put(buf, c.code_size as u64);
+    }
+}
+
 pub(super) fn header(body_crc: u32, body_len: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN);
     out.extend_from_slice(MAGIC);
@@ -173,6 +194,7 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
     for s in &profile.samples {
         put_sample(&mut body, &mut prev, s, threads[&s.tid]);
     }
+    put_compiled(&mut body, profile);
     let mut crc = Crc::new();
     crc.update(&body);
     let mut gz = GzEncoder::new(header(crc.sum(), body.len() as u64), Compression::fast());
@@ -353,7 +375,7 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
     }
 
     let n = c.count("frame table", 8)?;
-    let mut frame_ids = Vec::with_capacity(n);
+    let mut frames = Vec::with_capacity(n);
     for _ in 0..n {
         let code = c.byte("frame table")?;
         let kind = *FrameKind::ALL
@@ -371,19 +393,22 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
             signature: c.opt_string("frame signature", &strings)?,
             module: c.opt_string("frame module", &strings)?.map(Arc::from),
             start_line: c.opt_u32("frame start line")?,
+            code: None,
         };
-        frame_ids.push(p.intern_frame(frame));
+        frames.push(frame);
     }
 
+    // Frames are interned once the compiled-code table after the samples is read: frames that
+    // differ only in their code version would otherwise merge.
     let n = c.count("stack table", 1)?;
-    let mut stack_ids = Vec::with_capacity(n);
+    let mut stacks = Vec::with_capacity(n);
     for _ in 0..n {
         let depth = c.count("stack", 1)?;
         let mut stack = Vec::with_capacity(depth);
         for _ in 0..depth {
-            stack.push(frame_ids[c.index("stack frame", frame_ids.len())?]);
+            stack.push(c.index("stack frame", frames.len())?);
         }
-        stack_ids.push(p.intern_stack(stack));
+        stacks.push(stack);
     }
 
     let n = c.count("samples", 4)?;
@@ -392,7 +417,7 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
     for _ in 0..n {
         time = time.wrapping_add(unzigzag(c.varint("sample time")?) as u64);
         let tid = tids[c.index("sample thread", tids.len())?];
-        let stack = stack_ids[c.index("sample stack", stack_ids.len())?];
+        let stack = c.index("sample stack", stacks.len())? as u32;
         let weight = c.varint("sample weight")?;
         if weight > MAX_WEIGHT {
             return Err(corrupt(format!("sample weight {weight}")));
@@ -404,7 +429,43 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
             weight,
         });
     }
+    if c.at < body.len() {
+        read_compiled(&mut c, &mut frames)?;
+    }
+
+    let frame_ids: Vec<_> = frames.into_iter().map(|f| p.intern_frame(f)).collect();
+    let stack_ids: Vec<_> = stacks
+        .iter()
+        .map(|s| p.intern_stack(s.iter().map(|&f| frame_ids[f]).collect()))
+        .collect();
+    for s in &mut p.samples {
+        s.stack = stack_ids[s.stack as usize];
+    }
     Ok(p)
+}
+
+/// The compiled-code table (1.1) into `frames`.
+fn read_compiled(c: &mut Cursor, frames: &mut [Frame]) -> Result<()> {
+    let n = c.count("compiled code", 5)?;
+    for _ in 0..n {
+        let frame = c.index("compiled frame", frames.len())?;
+        let level = c.varint("compiled level")?;
+        let compile_id = c.varint("compile id")?;
+        let osr_bci = c
+            .opt("osr bci")?
+            .map(|b| i32::try_from(unzigzag(b)).map_err(|_| corrupt("osr bci")))
+            .transpose()?;
+        let code_size = c.varint("code size")?;
+        frames[frame].code = Some(CompiledCode {
+            level: u8::try_from(level).map_err(|_| corrupt(format!("level {level}")))?,
+            compile_id: u32::try_from(compile_id)
+                .map_err(|_| corrupt(format!("compile id {compile_id}")))?,
+            osr_bci,
+            code_size: u32::try_from(code_size)
+                .map_err(|_| corrupt(format!("code size {code_size}")))?,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -424,23 +485,35 @@ pub(super) mod tests {
             signature: Some("([Ljava/lang/String;)V".into()),
             module: None,
             start_line: Some(9),
+            code: None,
         });
-        let hot = p.intern_frame(Frame {
+        let jit = Frame {
             bci: Some(-1),
             kind: FrameKind::Jit,
             ..p.frames[main as usize].clone()
+        };
+        let hot = p.intern_frame(Frame {
+            code: Some(CompiledCode::TEST_VERSIONS[0]),
+            ..jit.clone()
         });
         let libz = p.intern_frame(Frame {
             module: Some("libz.so.1".into()),
             ..Frame::named("deflate_slow", FrameKind::Native)
         });
+        // The same method in another code version: a frame of its own.
+        let hot_c1 = p.intern_frame(Frame {
+            code: Some(CompiledCode::TEST_VERSIONS[1]),
+            ..jit
+        });
         let s1 = p.intern_stack(vec![main, hot]);
         let s2 = p.intern_stack(vec![main, hot, libz]);
+        let s3 = p.intern_stack(vec![main, hot_c1]);
         p.thread_names.insert(42, "main".into());
-        for (i, (tid, stack)) in [(42, s1), (43, s2), (42, s2), (42, s1)].iter().enumerate() {
+        let samples = [(42, s1), (43, s2), (42, s2), (42, s1), (43, s3)];
+        for (i, (tid, stack)) in samples.iter().enumerate() {
             p.samples.push(Sample {
                 // Out of order on purpose: deltas may be negative.
-                time: 5_000_000_000 + [3, 1, 2, 9][i] * 1_000_000,
+                time: 5_000_000_000 + [3, 1, 2, 9, 4][i] * 1_000_000,
                 tid: *tid,
                 stack: *stack,
                 weight: 1 + i as u64 % 2,
@@ -459,6 +532,24 @@ pub(super) mod tests {
         assert_eq!(q.samples, p.samples);
         assert_eq!(q.thread_names, p.thread_names);
         assert_eq!((q.period_ns, q.start_ns), (p.period_ns, p.start_ns));
+    }
+
+    /// A file written by jvmperf before the compiled-code table (format 1.0, the fixture of that
+    /// version rendered then) still reads, its compiled frames without a code version.
+    #[test]
+    fn version_1_0_files_still_read() {
+        let bytes = include_bytes!("../../tests/fixtures/profile-v1.0.jvmperf");
+        assert_eq!((bytes[8], bytes[9]), (1, 0));
+        let old = parse(bytes).unwrap();
+        let mut now = fixture();
+        now.samples.truncate(4);
+        assert_eq!(old.samples, now.samples);
+        assert_eq!(old.thread_names, now.thread_names);
+        let names = |p: &Profile| -> Vec<(String, FrameKind)> {
+            p.frames.iter().map(|f| (f.name.clone(), f.kind)).collect()
+        };
+        assert_eq!(names(&old), names(&now)[..3]);
+        assert!(old.frames.iter().all(|f| f.code.is_none()));
     }
 
     #[test]
@@ -519,6 +610,6 @@ pub(super) mod tests {
         let mut newer = render(&fixture()).unwrap();
         newer[8] = 2;
         let e = parse(&newer).unwrap_err();
-        assert!(e.message.contains("version 2.0"), "{}", e.message);
+        assert!(e.message.contains("version 2.1"), "{}", e.message);
     }
 }

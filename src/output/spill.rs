@@ -1,7 +1,7 @@
 //! The named samples of a recording in progress, spooled to disk so memory does not grow with the
 //! recording's length, and the `.jvmperf` file written from them at the end.
 
-use super::raw::{decode_varint, header, put, put_sample, tables, unzigzag};
+use super::raw::{decode_varint, header, put, put_compiled, put_sample, tables, unzigzag};
 use crate::error::{Error, ErrorKind, Result};
 use crate::profile::{Profile, Sample};
 use flate2::read::GzDecoder;
@@ -157,6 +157,7 @@ pub fn save_streamed(profile: &Profile, spill: SampleSpill, path: &Path) -> Resu
                 buf.clear();
             }
         }
+        put_compiled(&mut buf, profile);
         w.write_all(&buf)
     };
     let mut crc = CrcWriter::new(std::io::sink());

@@ -44,6 +44,57 @@ impl FrameKind {
     }
 }
 
+/// One version of a method's compiled code, as HotSpot's nmethod header describes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CompiledCode {
+    /// HotSpot's compilation level (`compiler/compilerDefinitions.hpp CompLevel`): 1–3 C1
+    /// (without, with some, with full profiling), 4 C2; 0 when unknown.
+    pub level: u8,
+    /// HotSpot's compile id (LogCompilation's `compile_id`); 0 when unknown.
+    pub compile_id: u32,
+    /// The bci an on-stack-replacement compile enters at; `None` for a normal compile.
+    pub osr_bci: Option<i32>,
+    /// Bytes of instructions (0 when unknown).
+    pub code_size: u32,
+}
+
+impl CompiledCode {
+    /// Two versions of one method's code, a C2 OSR compile and a C1 one, for format tests.
+    #[cfg(test)]
+    pub(crate) const TEST_VERSIONS: [CompiledCode; 2] = [
+        CompiledCode {
+            level: 4,
+            compile_id: 812,
+            osr_bci: Some(5),
+            code_size: 1024,
+        },
+        CompiledCode {
+            level: 3,
+            compile_id: 700,
+            osr_bci: None,
+            code_size: 512,
+        },
+    ];
+
+    /// Compiled by C1 (levels 1–3).
+    pub fn is_c1(&self) -> bool {
+        (1..=3).contains(&self.level)
+    }
+
+    /// `C1 level 3`, `C2`, with ` OSR@bci` for on-stack-replacement code.
+    pub fn tier_name(&self) -> String {
+        let tier = match self.level {
+            4 => "C2".to_string(),
+            l @ 1..=3 => format!("C1 level {l}"),
+            _ => "tier ?".to_string(),
+        };
+        match self.osr_bci {
+            Some(bci) => format!("{tier} OSR@{bci}"),
+            None => tier,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Frame {
     /// `package.Class.method` for Java, the symbol for native code.
@@ -61,6 +112,8 @@ pub struct Frame {
     pub module: Option<Arc<str>>,
     /// First line of the method's line table, for Java frames.
     pub start_line: Option<u32>,
+    /// For `Jit` frames: the code version the frame ran in.
+    pub code: Option<CompiledCode>,
 }
 
 impl Frame {
@@ -75,6 +128,7 @@ impl Frame {
             signature: None,
             module: None,
             start_line: None,
+            code: None,
         }
     }
 

@@ -1,6 +1,8 @@
 //! Decoding and encoding of the shim ⇄ daemon frames (`java-agent-shim/PROTOCOL.md`). Every length is
 //! checked against the frame; nothing here trusts the peer.
 
+use crate::profile::CompiledCode;
+
 pub const PROTOCOL_VERSION: u32 = 1;
 /// Frame header after the length word: kind (u16), flags (u16), time (u64).
 pub const HEADER_LEN: usize = 12;
@@ -60,6 +62,9 @@ pub struct NmethodLoad {
     pub code_size: u32,
     pub replayed: bool,
     pub pcs: Vec<PcInfo>,
+    /// Tier and compile id, read from the nmethod's header by the daemon (not part of the
+    /// record the shim sends).
+    pub compiled: Option<CompiledCode>,
 }
 
 /// The shim's own memory (STATS, version 1 fields; later versions append more, ignored here).
@@ -261,6 +266,7 @@ pub fn decode_frame(body: &[u8]) -> Result<Frame, ProtocolError> {
                 code_size,
                 replayed,
                 pcs,
+                compiled: None,
             })
         }
         KIND_NMETHOD_UNLOAD => Record::NmethodUnload {
