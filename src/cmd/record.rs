@@ -85,6 +85,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         kernel: opts.kernel,
         precise_inlining: opts.precise_inlining,
         spill,
+        keep_sample_times: false,
     })?;
     let progress = std::io::stderr().is_terminal();
     let mut last_status = Instant::now();
