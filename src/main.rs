@@ -35,6 +35,9 @@ enum Command {
     Report(cmd::report::ReportOptions),
     /// Write a differential flame graph of two profiles.
     Diff(cmd::diff::DiffOptions),
+    /// Profile every HotSpot JVM on the host continuously at a low rate, a file per JVM per
+    /// interval (in the foreground; see contrib/jvmperf-daemon.service).
+    Daemon(cmd::daemon::DaemonOptions),
     /// Build a native symbol cache file from a debug file (run by jvmperf itself, in a child
     /// process, the first time it meets a module).
     #[command(hide = true)]
@@ -60,6 +63,7 @@ fn main() {
         Command::Convert(opts) => cmd::convert::run(&opts),
         Command::Report(opts) => cmd::report::run(&opts),
         Command::Diff(opts) => cmd::diff::run(&opts),
+        Command::Daemon(opts) => cmd::daemon::run(&opts),
     };
     if let Err(e) = result {
         eprintln!("jvmperf: error: {e}");
