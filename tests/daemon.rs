@@ -283,3 +283,186 @@ fn daemon_profiles_every_matching_jvm_per_interval_and_flushes_on_sigterm() {
     assert!(rate < 19, "rate {rate} in {}", newest.display());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// One HTTP request as the receiver got it.
+struct Request {
+    path: String,
+    query: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap();
+                out.push(u8::from_str_radix(hex, 16).unwrap());
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// A minimal HTTP/1.1 receiver on 127.0.0.1:`port` that keeps every request and answers 200.
+fn receive(listener: std::net::TcpListener, requests: Arc<Mutex<Vec<Request>>>) {
+    use std::io::{BufRead, Read, Write};
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            let target = line.split_whitespace().nth(1).unwrap_or("").to_string();
+            let mut length = 0;
+            loop {
+                let mut header = String::new();
+                reader.read_line(&mut header).unwrap();
+                if header.trim().is_empty() {
+                    break;
+                }
+                if let Some((k, v)) = header.split_once(':') {
+                    if k.eq_ignore_ascii_case("content-length") {
+                        length = v.trim().parse().unwrap();
+                    }
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+            let query = query
+                .split('&')
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (percent_decode(k), percent_decode(v)))
+                .collect();
+            requests.lock().unwrap().push(Request {
+                path: path.to_string(),
+                query,
+                body,
+            });
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+}
+
+#[test]
+fn push_queues_while_the_server_is_down_then_delivers_every_interval() {
+    let dir = std::env::temp_dir().join(format!("jvmperf-daemon-push-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let jvm = Jvm::start(&[], "bench.InlineHot", &[]);
+    // A port nobody listens on yet: the server is down.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let daemon = Daemon::start(&[
+        "--dir",
+        dir.to_str().unwrap(),
+        "--interval",
+        "2",
+        "--pid",
+        &jvm.pid.to_string(),
+        "--max-cpu",
+        "100",
+        "--push",
+        &url,
+    ]);
+    let queue = dir.join(".push-queue");
+    let queued = || {
+        std::fs::read_dir(&queue)
+            .map(|d| {
+                d.filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .path()
+                        .extension()
+                        .is_some_and(|x| x == "push")
+                })
+                .count()
+            })
+            .unwrap_or(0)
+    };
+    let cap = Duration::from_secs(45);
+    wait_for(
+        &daemon,
+        "two profiles queued while the server is down",
+        cap,
+        || queued() >= 2,
+    );
+    assert!(daemon.log_text().contains("fails"), "{}", daemon.log_text());
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    receive(
+        std::net::TcpListener::bind(("127.0.0.1", port)).unwrap(),
+        requests.clone(),
+    );
+    wait_for(&daemon, "the queue delivered", cap, || {
+        requests.lock().unwrap().len() >= 3 && queued() == 0
+    });
+    assert!(
+        daemon.log_text().contains("works again"),
+        "{}",
+        daemon.log_text()
+    );
+    let mut daemon = daemon;
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(daemon.child.wait().unwrap().code(), Some(0));
+    let requests = requests.lock().unwrap();
+    let files = files_of(&dir, jvm.pid);
+    assert!(requests.len() <= files.len(), "one push per file at most");
+    let mut spans = Vec::new();
+    for (i, r) in requests.iter().enumerate() {
+        assert_eq!(r.path, "/ingest");
+        let get = |k: &str| {
+            r.query
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| panic!("no {k} in {:?}", r.query))
+        };
+        let name = get("name");
+        assert!(name.starts_with("bench.InlineHot{"), "{name}");
+        for label in [
+            format!("pid={}", jvm.pid),
+            "main=bench.InlineHot".into(),
+            "jdk=".into(),
+            "host=".into(),
+        ] {
+            assert!(name.contains(&label), "{label} not in {name}");
+        }
+        assert_eq!(get("format"), "pprof");
+        assert_eq!(get("sampleRate"), "19");
+        let (from, until): (u64, u64) =
+            (get("from").parse().unwrap(), get("until").parse().unwrap());
+        assert!(from < until, "{from} {until}");
+        spans.push(from);
+        let body = dir.join(format!("body-{i}.pb.gz"));
+        std::fs::write(&body, &r.body).unwrap();
+        let raw = text(
+            &Command::new(go())
+                .args(["tool", "pprof", "-raw", "-symbolize=none"])
+                .arg(&body)
+                .output()
+                .unwrap(),
+        );
+        assert!(raw.contains("bench.InlineHot.hotLoop"), "{raw}");
+        assert!(raw.contains(&format!("pid:[{}]", jvm.pid)), "{raw}");
+    }
+    let mut sorted = spans.clone();
+    sorted.sort();
+    assert_eq!(spans, sorted, "oldest first");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -2,6 +2,7 @@
 //! into its directory; trouble with it (attach refused, exit) ends only this thread.
 
 use super::discovery::{file_safe, FoundJvm};
+use super::push::{Push, Queue};
 use crate::engine::{Engine, EngineOptions, Interval};
 use crate::output::{self, Format, OutputOptions};
 use crate::profile::WallInterval;
@@ -20,10 +21,15 @@ pub struct Shared {
     pub host: String,
     /// The rate the CPU budget allows now.
     pub rate_hz: AtomicU64,
+    /// JVM threads write their last interval and end.
+    pub flushing: AtomicBool,
+    /// The pusher ends (after a last pass).
     pub stop: AtomicBool,
     /// Attaches started since the budget last looked (one-off work, not steady cost).
     pub attaches: AtomicU64,
     pub status: Mutex<std::collections::BTreeMap<u32, JvmStatus>>,
+    /// Where profiles wait for `--push`.
+    pub push: Option<super::push::Queue>,
 }
 
 /// What the status report says of one JVM.
@@ -106,7 +112,7 @@ pub fn run(jvm: FoundJvm, shared: Arc<Shared>) {
             trouble = Some(why.to_string());
             break;
         }
-        if shared.stop.load(Ordering::Relaxed) {
+        if shared.flushing.load(Ordering::Relaxed) {
             break;
         }
         let rate = shared.rate_hz.load(Ordering::Relaxed);
@@ -119,13 +125,13 @@ pub fn run(jvm: FoundJvm, shared: Arc<Shared>) {
         if Instant::now() >= next_interval {
             next_interval += shared.interval;
             if let Some(interval) = engine.take_interval() {
-                out.write(&interval, &jvm.name);
+                out.write(&interval, &jvm.name, shared.push.as_ref());
             }
         }
         update_status(&shared, pid, &jvm.name, &engine, out.files);
     }
     let last = engine.finish_interval();
-    out.write(&last, &jvm.name);
+    out.write(&last, &jvm.name, shared.push.as_ref());
     shared
         .status
         .lock()
@@ -166,42 +172,54 @@ struct JvmOutput {
 }
 
 impl JvmOutput {
-    /// Write one interval (none when it holds no samples); trouble is logged, the next interval
-    /// tries again.
-    fn write(&mut self, interval: &Interval, name: &str) {
+    /// Write one interval (none when it holds no samples) and queue it for `--push`; trouble is
+    /// logged, the next interval tries again.
+    fn write(&mut self, interval: &Interval, name: &str, push: Option<&Queue>) {
         if interval.samples == 0 {
             return;
         }
         let start = wall_clock(interval.start_ns);
+        let start_unix_ns = start
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let duration_ns = interval.end_ns.saturating_sub(interval.start_ns);
         let path = self.dir.join(file_name(start, self.format));
         let mut profile = interval.profile.clone();
         profile.interval = Some(WallInterval {
-            start_unix_ns: start
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64),
-            duration_ns: interval.end_ns.saturating_sub(interval.start_ns),
+            start_unix_ns,
+            duration_ns,
         });
         profile.labels = self.labels.clone();
         profile.comments.push(format!(
             "jvmperf daemon: rate_hz={} samples={} lost={}",
             interval.frequency_hz, interval.samples, interval.lost
         ));
-        let written = std::fs::create_dir_all(&self.dir)
-            .map_err(|e| output::write_error(&self.dir, &e))
-            .and_then(|()| {
-                output::save(
-                    &profile,
-                    self.format,
-                    &OutputOptions { threads: false },
-                    &path,
-                )
-            });
-        match written {
-            Ok(()) => self.files += 1,
-            Err(e) => super::log(&format!(
+        let opts = OutputOptions { threads: false };
+        let written = output::render(&profile, self.format, &opts).and_then(|bytes| {
+            std::fs::create_dir_all(&self.dir).map_err(|e| output::write_error(&self.dir, &e))?;
+            output::write_file(&path, &bytes)?;
+            self.files += 1;
+            let Some(queue) = push else {
+                return Ok(());
+            };
+            let body = match self.format {
+                Format::Pprof => bytes,
+                _ => output::render(&profile, Format::Pprof, &opts)?,
+            };
+            let span_s = (
+                start_unix_ns / 1_000_000_000,
+                (start_unix_ns + duration_ns) / 1_000_000_000,
+            );
+            queue.add(&Push {
+                query: super::push::query(name, &self.labels, span_s, interval.frequency_hz),
+                body,
+            })
+        });
+        if let Err(e) = written {
+            super::log(&format!(
                 "JVM {} ({name}): {} samples of an interval lost: {e}",
                 self.labels[1].1, interval.samples
-            )),
+            ));
         }
     }
 }

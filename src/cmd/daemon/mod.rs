@@ -8,6 +8,7 @@
 mod budget;
 mod discovery;
 mod jvm;
+mod push;
 mod retention;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -68,6 +69,13 @@ pub struct DaemonOptions {
     /// (and raised again, up to -F, when well under).
     #[arg(long, value_name = "PERCENT", default_value_t = 1.0)]
     pub max_cpu: f64,
+    /// Also send each interval's pprof to this Grafana Pyroscope-compatible server
+    /// (`URL/ingest`), e.g. http://pyroscope:4040; files are still written.
+    #[arg(long, value_name = "URL")]
+    pub push: Option<String>,
+    /// MiB of profiles kept on disk while the --push server is unreachable (oldest dropped past it).
+    #[arg(long, value_name = "MIB", default_value_t = 64)]
+    pub push_queue: u64,
     /// Bytes of user stack copied per sample (multiple of 8, at most 65528).
     #[arg(long, default_value_t = 32768)]
     pub stack_size: u32,
@@ -125,9 +133,22 @@ pub fn run(opts: &DaemonOptions) -> Result<()> {
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "unknown".into()),
         rate_hz: AtomicU64::new(opts.frequency_hz),
+        flushing: AtomicBool::new(false),
         stop: AtomicBool::new(false),
         attaches: AtomicU64::new(0),
         status: Mutex::new(Default::default()),
+        push: match &opts.push {
+            Some(_) => Some(push::Queue::open(&opts.dir, opts.push_queue << 20)?),
+            None => None,
+        },
+    });
+    let pusher = opts.push.clone().map(|url| {
+        let shared = shared.clone();
+        std::thread::spawn(move || {
+            if let Some(queue) = &shared.push {
+                push::run(queue, &url, &shared.stop, FLUSH_DEADLINE / 3);
+            }
+        })
     });
     let selection = Selection {
         pids: opts.pids.clone(),
@@ -182,9 +203,14 @@ pub fn run(opts: &DaemonOptions) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    shared.stop.store(true, Ordering::Relaxed);
     let deadline = Instant::now() + FLUSH_DEADLINE;
+    // JVM threads write their last interval first, then the pusher gets its last pass.
+    shared.flushing.store(true, Ordering::Relaxed);
     while threads.iter().any(|(_, t)| !t.is_finished()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    shared.stop.store(true, Ordering::Relaxed);
+    while pusher.as_ref().is_some_and(|p| !p.is_finished()) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     let unfinished: Vec<String> = threads
