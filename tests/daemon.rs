@@ -10,18 +10,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Go's pprof (`go tool pprof`), from PATH or Debian's golang-go.
-fn go() -> PathBuf {
-    let candidates: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join("go")).collect())
-        .unwrap_or_default();
-    candidates
-        .into_iter()
-        .chain([PathBuf::from("/usr/lib/go/bin/go")])
-        .find(|p| p.is_file())
-        .expect("Go's pprof is needed: install golang-go (scripts/setup-debian.sh)")
-}
-
 struct Daemon {
     child: Child,
     log: Arc<Mutex<Vec<String>>>,
@@ -93,6 +81,17 @@ fn files_of(dir: &Path, pid: u32) -> Vec<PathBuf> {
         .collect();
     files.sort();
     files
+}
+
+/// `go tool pprof -raw` of `file`: its header, samples with labels, locations.
+fn pprof_raw(file: &Path) -> String {
+    text(
+        &Command::new(go())
+            .args(["tool", "pprof", "-raw", "-symbolize=none"])
+            .arg(file)
+            .output()
+            .expect("run go tool pprof"),
+    )
 }
 
 fn text(out: &std::process::Output) -> String {
@@ -221,12 +220,7 @@ fn daemon_profiles_every_matching_jvm_per_interval_and_flushes_on_sigterm() {
 
     // Go's pprof reads each file: labels, interval start and duration, the rate in effect.
     for file in &hot_files {
-        let out = Command::new(go())
-            .args(["tool", "pprof", "-raw", "-symbolize=none"])
-            .arg(file)
-            .output()
-            .expect("run go tool pprof");
-        let raw = text(&out);
+        let raw = pprof_raw(file);
         for needle in [
             format!("pid:[{}]", before.pid),
             "main:[bench.InlineHot]".to_string(),
@@ -267,13 +261,7 @@ fn daemon_profiles_every_matching_jvm_per_interval_and_flushes_on_sigterm() {
     });
     tight.signal(nix::sys::signal::Signal::SIGTERM);
     let newest = files_of(&dir, before.pid).pop().unwrap();
-    let raw = text(
-        &Command::new(go())
-            .args(["tool", "pprof", "-raw", "-symbolize=none"])
-            .arg(&newest)
-            .output()
-            .unwrap(),
-    );
+    let raw = pprof_raw(&newest);
     let rate: u64 = raw
         .split("rate_hz=")
         .nth(1)
@@ -451,13 +439,7 @@ fn push_queues_while_the_server_is_down_then_delivers_every_interval() {
         spans.push(from);
         let body = dir.join(format!("body-{i}.pb.gz"));
         std::fs::write(&body, &r.body).unwrap();
-        let raw = text(
-            &Command::new(go())
-                .args(["tool", "pprof", "-raw", "-symbolize=none"])
-                .arg(&body)
-                .output()
-                .unwrap(),
-        );
+        let raw = pprof_raw(&body);
         assert!(raw.contains("bench.InlineHot.hotLoop"), "{raw}");
         assert!(raw.contains(&format!("pid:[{}]", jvm.pid)), "{raw}");
     }

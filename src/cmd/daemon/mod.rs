@@ -231,14 +231,7 @@ pub fn run(opts: &DaemonOptions) -> Result<()> {
 
 /// The status report (SIGUSR1): the daemon's CPU and memory, then one line per JVM.
 fn print_status(shared: &Shared, budget: &budget::CpuBudget) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kib = |key: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .map(|v| v.trim().trim_end_matches("kB").trim().to_string())
-            .unwrap_or_else(|| "?".into())
-    };
+    let kib = crate::cmd::record::own_memory_kib();
     let jvms = shared.status.lock().unwrap_or_else(|e| e.into_inner());
     log(&format!(
         "status jvms={} rate_hz={} cpu_percent_last_window={:.2} rss_kib={} rss_anon_kib={}",
