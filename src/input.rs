@@ -36,7 +36,12 @@ impl Recording {
 
     /// An error unless the file keeps each sample's thread (for `--threads`, `--thread`).
     pub fn require_threads(&self, option: &str) -> Result<()> {
-        self.require(self.keeps_threads(), option, "thread", ".jvmperf or .pb.gz")
+        self.require(
+            self.keeps_threads(),
+            option,
+            "thread",
+            ".jvmperf or .pb.gz recording",
+        )
     }
 
     /// An error unless the file keeps each sample's time (for `--since`, `--until`).
@@ -45,7 +50,7 @@ impl Recording {
             self.keeps_times(),
             option,
             "time",
-            ".jvmperf (or the daemon's interval files)",
+            ".jvmperf recording (or the daemon's .pb.gz interval files)",
         )
     }
 
@@ -56,7 +61,7 @@ impl Recording {
         Err(Error::new(
             ErrorKind::Usage,
             format!(
-                "{option} needs each sample's {what}, which {} ({}) does not keep: use the {use_instead} recording",
+                "{option} needs each sample's {what}, which {} ({}) does not keep: use the {use_instead}",
                 self.path.display(),
                 self.format.name()
             ),
