@@ -85,6 +85,10 @@ pub fn main(args: &[String]) -> Result<()> {
         }
     });
     let started = Instant::now();
+    let jvm_cpu_start: Vec<(u32, f64)> = jvms
+        .iter()
+        .map(|j| (j.pid(), bench_jvm::proc_cpu_secs(j.pid()).unwrap_or(0.0)))
+        .collect();
     let run_for = Duration::from_secs_f64(args.minutes * 60.0);
     let first_interval = Duration::from_secs(args.interval);
     let mut after_first: Option<(Instant, f64)> = None;
@@ -97,6 +101,11 @@ pub fn main(args: &[String]) -> Result<()> {
     let cpu = bench_jvm::proc_cpu_secs(pid).context("daemon exited early")?;
     let wall = started.elapsed().as_secs_f64();
     let (rss, peak) = (status_kib(pid, "VmRSS:"), status_kib(pid, "VmHWM:"));
+    // What the JVMs ran while profiled: at -F 19, each CPU-second should give ~19 samples.
+    let jvm_cpu: Vec<(u32, f64)> = jvm_cpu_start
+        .iter()
+        .map(|&(p, c)| (p, bench_jvm::proc_cpu_secs(p).unwrap_or(c) - c))
+        .collect();
     nix_kill(pid, libc::SIGUSR1);
     std::thread::sleep(Duration::from_millis(500));
     nix_kill(pid, libc::SIGTERM);
@@ -136,11 +145,22 @@ pub fn main(args: &[String]) -> Result<()> {
             .filter_map(|e| Some(e.ok()?.path()))
             .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
             .collect();
+        let name = jvm_dir
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let cpu = name
+            .rsplit('-')
+            .next()
+            .and_then(|p| p.parse::<u32>().ok())
+            .and_then(|p| jvm_cpu.iter().find(|(q, _)| *q == p))
+            .map_or(0.0, |(_, c)| *c);
         println!(
-            "{}: {} files, {}",
-            jvm_dir.file_name().unwrap_or_default().to_string_lossy(),
+            "{name}: {} files, {} (the JVM ran {cpu:.1} CPU-s while profiled: ~{:.0} samples at 19 Hz)",
             files.len(),
-            samples_in(&jvmperf, &files)
+            samples_in(&jvmperf, &files),
+            cpu * 19.0
         );
     }
     Ok(())
