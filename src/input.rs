@@ -3,10 +3,10 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::output::{collapsed, iprof, pprof, raw, Format};
-use crate::profile::Profile;
+use crate::profile::{Profile, WallInterval};
 use std::path::{Path, PathBuf};
 
-/// A profile read from a file, with the format it was in.
+/// A profile read from a file (or merged from several), with the format it was in.
 #[derive(Debug)]
 pub struct Recording {
     pub path: PathBuf,
@@ -15,19 +15,43 @@ pub struct Recording {
 }
 
 impl Recording {
+    pub fn new(path: PathBuf, format: Format, profile: Profile) -> Self {
+        Recording {
+            path,
+            format,
+            profile,
+        }
+    }
+
+    /// Whether each sample's thread is known.
+    pub fn keeps_threads(&self) -> bool {
+        self.format.keeps_threads()
+    }
+
+    /// Whether each sample's time is known: every sample of a `.jvmperf` recording, the
+    /// interval's start for those of the daemon's pprof files.
+    pub fn keeps_times(&self) -> bool {
+        self.format.keeps_times() || self.profile.interval.is_some()
+    }
+
     /// An error unless the file keeps each sample's thread (for `--threads`, `--thread`).
     pub fn require_threads(&self, option: &str) -> Result<()> {
         self.require(
-            self.format.keeps_threads(),
+            self.keeps_threads(),
             option,
             "thread",
-            ".jvmperf or .pb.gz",
+            ".jvmperf or .pb.gz recording",
         )
     }
 
     /// An error unless the file keeps each sample's time (for `--since`, `--until`).
     pub fn require_times(&self, option: &str) -> Result<()> {
-        self.require(self.format.keeps_times(), option, "time", ".jvmperf")
+        self.require(
+            self.keeps_times(),
+            option,
+            "time",
+            ".jvmperf recording (or the daemon's .pb.gz interval files)",
+        )
     }
 
     fn require(&self, kept: bool, option: &str, what: &str, use_instead: &str) -> Result<()> {
@@ -37,7 +61,7 @@ impl Recording {
         Err(Error::new(
             ErrorKind::Usage,
             format!(
-                "{option} needs each sample's {what}, which {} ({}) does not keep: use the {use_instead} recording",
+                "{option} needs each sample's {what}, which {} ({}) does not keep: use the {use_instead}",
                 self.path.display(),
                 self.format.name()
             ),
@@ -98,6 +122,54 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Recording> {
     })
 }
 
+/// Read profile files and merge them into one (a day of the daemon's interval files into one
+/// flame graph). Each file must keep what the merged one is said to keep: threads and times are
+/// kept only when every file keeps them, and a merge of several formats is named by the weakest
+/// (collapsed stacks).
+pub fn read_all(paths: &[PathBuf]) -> Result<Recording> {
+    let mut recs = paths.iter().map(|p| read(p)).collect::<Result<Vec<_>>>()?;
+    if recs.len() == 1 {
+        return Ok(recs.remove(0));
+    }
+    let first = &recs[0];
+    let format = if recs.iter().all(|r| r.format == first.format) {
+        first.format
+    } else {
+        Format::Collapsed
+    };
+    let intervals: Option<Vec<WallInterval>> = recs.iter().map(|r| r.profile.interval).collect();
+    let interval = intervals.and_then(|all| {
+        let start = all.iter().map(|i| i.start_unix_ns).min()?;
+        let end = all.iter().map(|i| i.start_unix_ns + i.duration_ns).max()?;
+        Some(WallInterval {
+            start_unix_ns: start,
+            duration_ns: end - start,
+        })
+    });
+    let mut merged = Profile::default();
+    merged.period_ns = first.profile.period_ns;
+    merged.start_ns = recs
+        .iter()
+        .map(|r| r.profile.start_ns)
+        .filter(|&t| t != 0)
+        .min()
+        .unwrap_or(0);
+    merged.interval = interval;
+    for r in &recs {
+        if r.profile.period_ns != merged.period_ns {
+            // Files sampled at different rates: sample counts add up, CPU time would not.
+            merged.period_ns = 0;
+        }
+        merged.add_samples_of(&r.profile, |_| true);
+    }
+    let path = PathBuf::from(format!(
+        "{} and {} more files",
+        first.path.display(),
+        recs.len() - 1
+    ));
+    Ok(Recording::new(path, format, merged))
+}
+
 /// Read a profile file.
 pub fn read(path: &Path) -> Result<Recording> {
     let bytes = std::fs::read(path).map_err(|e| {
@@ -145,6 +217,48 @@ mod tests {
         );
         let e = read(Path::new("/nonexistent/x.jvmperf")).err().unwrap();
         assert!(e.message.contains("check the path"), "{}", e.message);
+    }
+
+    #[test]
+    fn several_files_merge_and_keep_only_what_all_keep() {
+        use crate::profile::{Frame, FrameKind};
+        let dir = std::env::temp_dir().join(format!("jvmperf-merge-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let interval = |start: u64, frame: &str, weight| {
+            let mut p = Profile::default();
+            let f = p.intern_frame(Frame::named(frame, FrameKind::Jit));
+            p.add_counted(vec![f], 7, weight);
+            p.period_ns = 1000;
+            p.start_ns = start * 1_000_000_000;
+            p.interval = Some(WallInterval {
+                start_unix_ns: start * 1_000_000_000,
+                duration_ns: 1_000_000_000,
+            });
+            p
+        };
+        let a = dir.join("a.pb.gz");
+        let b = dir.join("b.pb.gz");
+        let c = dir.join("c.collapsed");
+        std::fs::write(&a, pprof::render(&interval(10, "x", 2)).unwrap()).unwrap();
+        std::fs::write(&b, pprof::render(&interval(20, "y", 3)).unwrap()).unwrap();
+        std::fs::write(&c, b"z 1\n").unwrap();
+        let both = read_all(&[a.clone(), b.clone()]).unwrap();
+        assert_eq!(both.format, Format::Pprof);
+        assert!(both.keeps_times() && both.keeps_threads());
+        assert_eq!(both.profile.total_weight(), 5);
+        assert_eq!(both.profile.start_ns, 10_000_000_000);
+        assert_eq!(
+            both.profile.interval,
+            Some(WallInterval {
+                start_unix_ns: 10_000_000_000,
+                duration_ns: 11_000_000_000
+            })
+        );
+        let mixed = read_all(&[a, b, c]).unwrap();
+        assert_eq!(mixed.format, Format::Collapsed);
+        assert!(!mixed.keeps_times());
+        assert_eq!(mixed.profile.total_weight(), 6);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

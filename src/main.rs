@@ -40,6 +40,9 @@ enum Command {
     Diff(cmd::diff::DiffOptions),
     /// List the Java methods with samples that a native-image call tree report does not reach.
     Reachability(cmd::reachability::ReachabilityOptions),
+    /// Profile every HotSpot JVM on the host continuously at a low rate, a file per JVM per
+    /// interval (in the foreground; see contrib/jvmperf-daemon.service).
+    Daemon(cmd::daemon::DaemonOptions),
     /// Build a native symbol cache file from a debug file (run by jvmperf itself, in a child
     /// process, the first time it meets a module).
     #[command(hide = true)]
@@ -67,6 +70,7 @@ fn main() {
         Command::Report(opts) => cmd::report::run(&opts),
         Command::Diff(opts) => cmd::diff::run(&opts),
         Command::Reachability(opts) => cmd::reachability::run(&opts),
+        Command::Daemon(opts) => cmd::daemon::run(&opts),
     };
     if let Err(e) = result {
         eprintln!("jvmperf: error: {e}");

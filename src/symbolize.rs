@@ -262,6 +262,18 @@ impl Symbolizer {
         }
     }
 
+    /// Forget every cached frame id: the profile they point into was taken away (a daemon's
+    /// interval) and the next frames go to a new one. Names read from the target stay cached.
+    pub fn forget_frames(&mut self) {
+        self.compiled_cache.clear();
+        self.interpreted_cache.clear();
+        self.native_cache.clear();
+        self.native_frames.clear();
+        self.stub_cache.clear();
+        self.kernel_cache.clear();
+        self.cleaned_sizes = (0, 0);
+    }
+
     /// A compiled frame the code map could not name, named through its `Method*` now.
     fn frame_from_method_ptr(&mut self, method: u64, bci: i32, kind: FrameKind) -> Frame {
         frame_from_method(self.method_by_ptr(method), bci, kind)

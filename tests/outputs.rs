@@ -116,18 +116,6 @@ fn assert_same(what: &str, a: &Counts, b: &Counts) {
     }
 }
 
-/// Go's pprof (`go tool pprof`), from PATH or Debian's golang-go.
-fn go() -> PathBuf {
-    let candidates: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join("go")).collect())
-        .unwrap_or_default();
-    candidates
-        .into_iter()
-        .chain([PathBuf::from("/usr/lib/go/bin/go")])
-        .find(|p| p.is_file())
-        .expect("Go's pprof is needed: install golang-go (scripts/setup-debian.sh)")
-}
-
 /// `go tool pprof -top` of every function: (flat, cum) by name, and the total.
 fn pprof_top(file: &Path) -> (u64, HashMap<String, (u64, u64)>) {
     let out = Command::new(go())

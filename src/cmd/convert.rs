@@ -1,5 +1,5 @@
-//! `jvmperf convert IN -o OUT`: any readable profile to any output format, optionally cut to a
-//! time window (`--since`, `--until`) and to named threads (`--thread`).
+//! `jvmperf convert IN... -o OUT`: any readable profiles, merged, to any output format, optionally
+//! cut to a time window (`--since`, `--until`) and to named threads (`--thread`).
 //!
 //! A time is either seconds from the start of the recording (`2.5`) or an absolute
 //! `System.nanoTime` value (a whole number ≥ 1e9, as an application logs it). The window is
@@ -69,8 +69,10 @@ pub struct Filter {
 
 #[derive(clap::Args)]
 pub struct ConvertOptions {
-    /// The profile to read.
-    pub input: PathBuf,
+    /// The profiles to read: several are merged into one (e.g. a day of the daemon's files),
+    /// and --since/--until apply across them.
+    #[arg(required = true, num_args = 1..)]
+    pub inputs: Vec<PathBuf>,
     /// Output file; the format follows the extension (.collapsed, .txt, .svg, .iprof, .pb.gz,
     /// .jvmperf) unless --format.
     #[arg(short, long)]
@@ -165,7 +167,7 @@ pub fn run(opts: &ConvertOptions) -> Result<()> {
         Some(f) => f,
         None => Format::from_path(&opts.output)?,
     };
-    let rec = input::read(&opts.input)?;
+    let rec = input::read_all(&opts.inputs)?;
     if opts.threads {
         rec.require_threads("--threads")?;
     }
@@ -222,11 +224,7 @@ mod tests {
                 weight: 1,
             });
         }
-        Recording {
-            path: "r.jvmperf".into(),
-            format: Format::Raw,
-            profile: p,
-        }
+        Recording::new("r.jvmperf".into(), Format::Raw, p)
     }
 
     #[test]

@@ -193,15 +193,7 @@ fn jvm_checks(process: &TargetProcess, out: &mut Vec<Check>) -> Option<HotSpot> 
             return None;
         }
     };
-    let release = jvm
-        .vmstructs
-        .address("Abstract_VM_Version", "_s_vm_release")
-        .and_then(|a| {
-            use crate::target::TargetMemory;
-            let p = jvm.mem.read_u64(a).ok()?;
-            jvm.mem.read_cstr(p).ok()
-        })
-        .unwrap_or_else(|| "unknown version".into());
+    let release = jvm.vm_release().unwrap_or_else(|| "unknown version".into());
     out.push(check(
         Verdict::Ok,
         "HotSpot",

@@ -1,6 +1,7 @@
 //! The `jvmperf` commands, one module each; `main.rs` parses the command line and calls `run`.
 
 pub mod convert;
+pub mod daemon;
 pub mod diff;
 pub mod doctor;
 pub mod dump;

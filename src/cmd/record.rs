@@ -85,6 +85,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         kernel: opts.kernel,
         precise_inlining: opts.precise_inlining,
         spill,
+        keep_sample_times: false,
     })?;
     let progress = std::io::stderr().is_terminal();
     let mut last_status = Instant::now();
@@ -214,14 +215,7 @@ fn status_line(
     (stacks, cut): (usize, u64),
     shim: Option<&ShimStats>,
 ) -> String {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kib = |key: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let kib = own_memory_kib();
     let shim = shim.map_or("shim_kib=? shim_queue_peak_kib=?".to_string(), |s| {
         format!(
             "shim_kib={} shim_queue_peak_kib={}",
@@ -240,4 +234,17 @@ fn status_line(
         kib("VmHWM:"),
         kib("RssAnon:"),
     )
+}
+
+/// A reader of this process's memory figures in KiB (`VmRSS:`, `VmHWM:`, `RssAnon:` of
+/// `/proc/self/status`, read once), 0 for one missing.
+pub(crate) fn own_memory_kib() -> impl Fn(&str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    move |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    }
 }

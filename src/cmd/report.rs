@@ -1,4 +1,5 @@
-//! `jvmperf report FILE`: the hottest methods by self and total samples, overall or per thread.
+//! `jvmperf report FILE...`: the hottest methods (of several files merged, optionally cut to a
+//! time window and threads as `convert` does) by self and total samples, overall or per thread.
 //!
 //! A method's *self* samples are those whose leaf frame is the method; its *total* samples are
 //! those with the method anywhere on the stack, counted once per sample (recursion included).
@@ -24,8 +25,11 @@ pub enum SortBy {
 
 #[derive(clap::Args)]
 pub struct ReportOptions {
-    /// The profile to read (.jvmperf, .iprof, .pb.gz, .collapsed).
-    pub input: PathBuf,
+    /// The profiles to read (.jvmperf, .iprof, .pb.gz, .collapsed): several are merged into one.
+    #[arg(required = true, num_args = 1..)]
+    pub inputs: Vec<PathBuf>,
+    #[command(flatten)]
+    pub filter: crate::cmd::convert::Filter,
     /// One table per thread.
     #[arg(long)]
     pub threads: bool,
@@ -189,7 +193,7 @@ pub fn render(rec: &Recording, opts: &ReportOptions) -> String {
         let _ = write!(out, ", {hz} Hz");
     }
     let mut per_thread: Vec<(u32, u64)> = Vec::new();
-    if rec.format.keeps_threads() {
+    if rec.keeps_threads() {
         let mut m: HashMap<u32, u64> = HashMap::new();
         for s in &p.samples {
             *m.entry(s.tid).or_default() += s.weight;
@@ -198,7 +202,7 @@ pub fn render(rec: &Recording, opts: &ReportOptions) -> String {
         per_thread.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let _ = write!(out, ", {} threads", per_thread.len());
     }
-    if rec.format.keeps_times() {
+    if rec.keeps_times() {
         let times = p.samples.iter().map(|s| s.time);
         if let (Some(a), Some(b)) = (times.clone().min(), times.max()) {
             let _ = write!(
@@ -226,7 +230,7 @@ pub fn render(rec: &Recording, opts: &ReportOptions) -> String {
 }
 
 pub fn run(opts: &ReportOptions) -> Result<()> {
-    let rec = input::read(&opts.input)?;
+    let rec = input::read_all(&opts.inputs)?;
     if opts.jit {
         let log = match &opts.log_compilation {
             Some(path) => Some(crate::jit::logcompilation::read(path)?),
@@ -242,6 +246,10 @@ pub fn run(opts: &ReportOptions) -> Result<()> {
     if opts.threads {
         rec.require_threads("--threads")?;
     }
+    let rec = Recording {
+        profile: crate::cmd::convert::apply(&rec, &opts.filter)?,
+        ..rec
+    };
     print!("{}", render(&rec, opts));
     Ok(())
 }
@@ -283,15 +291,12 @@ mod tests {
                 weight: 1,
             });
         }
-        let rec = Recording {
-            path: "x.jvmperf".into(),
-            format: Format::Raw,
-            profile: p,
-        };
+        let rec = Recording::new("x.jvmperf".into(), Format::Raw, p);
         let text = render(
             &rec,
             &ReportOptions {
-                input: "x.jvmperf".into(),
+                inputs: vec!["x.jvmperf".into()],
+                filter: Default::default(),
                 threads: true,
                 top: 1,
                 sort: SortBy::SelfSamples,

@@ -5,6 +5,8 @@
 //!
 //! Use: [`Engine::start`], then [`Engine::poll`] in a loop (each call drains the ring buffers and
 //! does a slice of naming), then [`Engine::finish`] for the profile and what the summary reports.
+//! A long-running user (the daemon) takes the profile of each interval on the way with
+//! [`Engine::take_interval`].
 
 mod collect;
 mod naming;
@@ -36,6 +38,9 @@ pub struct EngineOptions {
     /// Where named samples go one by one, keeping each one's time (else samples of the same
     /// stack and thread are merged into one weighted sample).
     pub spill: Option<SampleSpill>,
+    /// Keep every sample with its time in memory (without a spill), for intervals written as
+    /// `.jvmperf` files.
+    pub keep_sample_times: bool,
 }
 
 /// Naming work per turn of the sampling loop: the ring buffers hold ~50 ms of samples.
@@ -68,6 +73,22 @@ pub struct Engine {
     precise_requested: bool,
     /// Why sampling cannot go on (the target exited, its shim stopped serving us).
     ended: Option<String>,
+    /// Where the interval not yet taken starts (sample time), and the sampler's counts then.
+    interval_start_ns: u64,
+    interval_base: SamplerStats,
+}
+
+/// The profile of the samples taken in `[start_ns, end_ns)` (CLOCK_MONOTONIC), and its counts.
+pub struct Interval {
+    pub profile: Profile,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Samples named into the profile (merged ones count by weight).
+    pub samples: u64,
+    /// Samples the kernel reported lost (ring buffer full) while the interval was sampled.
+    pub lost: u64,
+    /// The sampling rate in effect at its end.
+    pub frequency_hz: u64,
 }
 
 /// A finished recording: the named profile and what the summary reports about it.
@@ -116,6 +137,7 @@ impl Engine {
         let native = NativeUnwinder::new(&live.process)?;
         let walker = StackWalker::new(&live.hotspot, native);
         sampler.enable();
+        let start_ns = crate::profile::monotonic_now_ns();
         let warming = Some(WarmingSymbols::start(&walker.native));
         Ok(Engine {
             pid: opts.pid,
@@ -126,15 +148,17 @@ impl Engine {
             collected: Collected::default(),
             warming,
             symbolizer: None,
-            named: Named::new(opts.spill, opts.max_stacks),
+            named: Named::new(opts.spill, opts.keep_sample_times, opts.max_stacks),
             started: Instant::now(),
-            start_ns: crate::profile::monotonic_now_ns(),
+            start_ns,
             last_naming: Instant::now(),
             naming_unfinished: false,
             last_rescan: Instant::now(),
             known_threads: 0,
             precise_requested: !opts.precise_inlining,
             ended: None,
+            interval_start_ns: start_ns,
+            interval_base: SamplerStats::default(),
         })
     }
 
@@ -201,17 +225,23 @@ impl Engine {
     }
 
     fn name_a_slice(&mut self) {
-        let Some(symbolizer) = self.symbolizer.as_mut() else {
-            return;
-        };
         let before = crate::profile::monotonic_now_ns().saturating_sub(NAMING_DELAY_NS);
+        self.name_before(before, Some(NAMING_SLICE));
+    }
+
+    /// Name the samples taken before `before` (within `budget` if given); false without a
+    /// symbolizer yet.
+    fn name_before(&mut self, before: u64, budget: Option<Duration>) -> bool {
+        let Some(symbolizer) = self.symbolizer.as_mut() else {
+            return false;
+        };
         self.naming_unfinished = !self.named.take(
             &mut self.collected,
             before,
             symbolizer,
             &self.live.state.code,
             &mut self.walker,
-            Some(NAMING_SLICE),
+            budget,
         );
         self.last_naming = Instant::now();
         // Code may be forgotten only once every sample that could need it was named.
@@ -222,6 +252,56 @@ impl Engine {
                 Err(e) => self.ended = Some(e.to_string()),
             }
         }
+        true
+    }
+
+    /// The profile of the samples taken since the last interval up to [`NAMING_DELAY_NS`] ago
+    /// (later ones may still wait for their code's load record); sampling goes on. `None` while
+    /// native debug info is still opening: the samples wait for the next interval.
+    pub fn take_interval(&mut self) -> Option<Interval> {
+        let end_ns = crate::profile::monotonic_now_ns().saturating_sub(NAMING_DELAY_NS);
+        if end_ns <= self.interval_start_ns || !self.name_before(end_ns, None) {
+            return None;
+        }
+        let profile = self.named.take_profile();
+        if let Some(symbolizer) = self.symbolizer.as_mut() {
+            symbolizer.forget_frames();
+        }
+        Some(self.close_interval(profile, end_ns))
+    }
+
+    /// The interval from the last one to `end_ns` holding `profile`; the next starts there.
+    fn close_interval(&mut self, mut profile: Profile, end_ns: u64) -> Interval {
+        self.finish_profile(&mut profile, self.interval_start_ns);
+        let stats = self.sampler.stats();
+        let interval = Interval {
+            samples: profile.total_weight(),
+            profile,
+            start_ns: self.interval_start_ns,
+            end_ns,
+            lost: stats.lost - self.interval_base.lost,
+            frequency_hz: self.frequency_hz,
+        };
+        self.interval_start_ns = end_ns;
+        self.interval_base = stats;
+        interval
+    }
+
+    /// Samples per second per thread from now on (the first samples at the new rate may come a
+    /// moment later: the kernel adjusts the period as it goes).
+    pub fn set_frequency(&mut self, hz: u64) -> Result<()> {
+        self.sampler.set_frequency(hz)?;
+        self.frequency_hz = hz;
+        Ok(())
+    }
+
+    /// The JVM's release string, if VMStructs tell it.
+    pub fn jdk_version(&self) -> Option<String> {
+        self.live.hotspot.vm_release()
+    }
+
+    pub fn frequency_hz(&self) -> u64 {
+        self.frequency_hz
     }
 
     fn ready_symbolizer(&self, warming: WarmingSymbols) -> Symbolizer {
@@ -292,9 +372,7 @@ impl Engine {
             None,
         );
         let mut profile = std::mem::take(&mut self.named.profile);
-        profile.period_ns = 1_000_000_000 / self.frequency_hz.max(1);
-        profile.start_ns = self.start_ns;
-        self.name_threads(&mut profile);
+        self.finish_profile(&mut profile, self.start_ns);
         let named = &mut self.named;
         Recording {
             profile,
@@ -315,6 +393,33 @@ impl Engine {
             spill: named.spill.take(),
             ended: self.ended.take(),
         }
+    }
+
+    /// Stop sampling and name everything: the last interval, up to now.
+    pub fn finish_interval(mut self) -> Interval {
+        self.sampler.disable();
+        let end_ns = crate::profile::monotonic_now_ns();
+        let start_ns = self.interval_start_ns;
+        let base = self.interval_base;
+        let frequency_hz = self.frequency_hz;
+        let recording = self.finish(|_| {});
+        let mut profile = recording.profile;
+        profile.start_ns = start_ns;
+        Interval {
+            samples: profile.total_weight(),
+            lost: recording.stats.lost - base.lost,
+            profile,
+            start_ns,
+            end_ns,
+            frequency_hz,
+        }
+    }
+
+    /// Period, start and thread names of a profile named from this engine.
+    fn finish_profile(&self, profile: &mut Profile, start_ns: u64) {
+        profile.period_ns = 1_000_000_000 / self.frequency_hz.max(1);
+        profile.start_ns = start_ns;
+        self.name_threads(profile);
     }
 
     /// Thread names from `/proc` (comm), overridden by the JVM's own (from the shim).

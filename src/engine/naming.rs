@@ -32,10 +32,11 @@ pub(super) struct Named {
 }
 
 impl Named {
-    pub fn new(spill: Option<SampleSpill>, max_stacks: usize) -> Self {
+    /// Samples are merged unless they go to `spill` or `keep_times` asks to keep them apart.
+    pub fn new(spill: Option<SampleSpill>, keep_times: bool, max_stacks: usize) -> Self {
         Named {
             profile: Profile::default(),
-            merged: spill.is_none().then(HashMap::default),
+            merged: (spill.is_none() && !keep_times).then(HashMap::default),
             spill,
             count: 0,
             first: None,
@@ -47,6 +48,17 @@ impl Named {
             cut_marker: None,
             cut: 0,
         }
+    }
+
+    /// The profile named so far; naming goes on into a new one (the frame ids a symbolizer
+    /// cached point into the old one: forget them).
+    pub fn take_profile(&mut self) -> Profile {
+        if let Some(merged) = self.merged.as_mut() {
+            merged.clear();
+        }
+        self.kernel_leaf = None;
+        self.cut_marker = None;
+        std::mem::take(&mut self.profile)
     }
 
     /// Name the collected samples taken before `before` and drop them from `collected`, within

@@ -54,6 +54,16 @@ impl HotSpot {
         FlagTable::locate(&self.vmstructs, &self.mem)?.ok()
     }
 
+    /// The VM's release string (e.g. `17.0.12+7-Debian-1deb12u1`), `Abstract_VM_Version::_s_vm_release`.
+    pub fn vm_release(&self) -> Option<String> {
+        use crate::target::TargetMemory;
+        let a = self
+            .vmstructs
+            .address("Abstract_VM_Version", "_s_vm_release")?;
+        let p = self.mem.read_u64(a).ok()?;
+        self.mem.read_cstr(p).ok()
+    }
+
     pub fn read_bool_flag(&self, name: &str) -> Option<bool> {
         self.flags()?.read_bool(&self.mem, name).ok().flatten()
     }

@@ -348,15 +348,31 @@ fn map(path: &Path) -> std::io::Result<Mmap> {
     unsafe { Mmap::map(&file) }
 }
 
-/// A mapped cache file.
+/// A mapped cache file, shared by every recording of this process that needs the same module
+/// (the daemon's JVMs of one JDK map libjvm's cache once).
 pub struct CachedSymbols {
-    map: Mmap,
+    map: std::sync::Arc<Mmap>,
 }
+
+/// Cache files mapped now, by path (a path names one build-id).
+static MAPPED: std::sync::Mutex<Vec<(PathBuf, std::sync::Weak<Mmap>)>> =
+    std::sync::Mutex::new(Vec::new());
 
 impl CachedSymbols {
     fn open(path: &Path) -> Result<Self, String> {
+        let mut mapped = MAPPED.lock().unwrap_or_else(|e| e.into_inner());
+        mapped.retain(|(_, m)| m.strong_count() > 0);
+        if let Some(map) = mapped
+            .iter()
+            .find(|(p, _)| p == path)
+            .and_then(|(_, m)| m.upgrade())
+        {
+            return Ok(CachedSymbols { map });
+        }
         let map = map(path).map_err(|e| format!("{}: {e}", path.display()))?;
         SymCache::parse(&map).map_err(|e| format!("{}: {e}", path.display()))?;
+        let map = std::sync::Arc::new(map);
+        mapped.push((path.to_path_buf(), std::sync::Arc::downgrade(&map)));
         // The modification time says when the file was last used, for pruning.
         let now = nix::sys::time::TimeSpec::UTIME_NOW;
         let _ = nix::sys::stat::utimensat(
@@ -468,10 +484,17 @@ mod tests {
         let dir = CacheDir::at(&base).unwrap();
         std::fs::write(dir.file_for("00ff"), b"not a symcache").unwrap();
         let opened = dir.open_or_build("00ff", &lib, || {});
+        let again = dir.open_or_build("00ff", &lib, || panic!("built twice"));
         let elf_data = std::fs::read(&lib).unwrap();
         std::fs::remove_dir_all(&base).unwrap();
         let opened = opened.unwrap();
         assert!(opened.built.is_some(), "rebuilt");
+        let again = again.unwrap();
+        assert!(
+            std::sync::Arc::ptr_eq(&opened.symbols.map, &again.symbols.map),
+            "one mapping per cache file while in use"
+        );
+        drop(again);
         let elf = object::File::parse(&*elf_data).unwrap();
         let probe = object::Object::symbols(&elf)
             .find(|s| object::ObjectSymbol::name(s) == Ok("cached_probe"))

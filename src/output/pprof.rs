@@ -10,10 +10,14 @@
 //!   `[kernel.kallsyms]`, `[thread]`, or the native module's file name. Each version of compiled
 //!   code whose tier is known has a `[jvm jit]` mapping of its own, its build id
 //!   `level=4 compile_id=812 osr_bci=5 code_size=1024` (`osr_bci` only for OSR code).
-//! - Labels: `thread` (name) and `tid` on every sample.
+//! - Labels: `thread` (name) and `tid` on every sample, and the profile's own labels (the daemon's
+//!   host, pid, main class, JDK version, rate).
+//! - A profile of one interval (the daemon's files) has `time_nanos`/`duration_nanos` set to it,
+//!   and a comment `jvmperf interval_start_ns=N` with its CLOCK_MONOTONIC start, which reading
+//!   back gives every sample as its time (a window selects whole intervals).
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::profile::{CompiledCode, Frame, FrameId, FrameKind, Profile, MAX_WEIGHT};
+use crate::profile::{CompiledCode, Frame, FrameId, FrameKind, Profile, WallInterval, MAX_WEIGHT};
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use flate2::Compression;
@@ -34,6 +38,7 @@ const KERNEL: &str = "[kernel.kallsyms]";
 const THREAD: &str = "[thread]";
 const THREAD_LABEL: &str = "thread";
 const TID_LABEL: &str = "tid";
+const INTERVAL_START: &str = "jvmperf interval_start_ns=";
 /// Decompressed pprof files larger than this are refused (a corrupt or hostile file).
 const MAX_DECODED: u64 = 1 << 32;
 
@@ -229,12 +234,28 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
     b.out.period_type = Some(value_type(&mut b, "cpu", "nanoseconds"));
     b.out.period = profile.period_ns as i64;
     b.out.default_sample_type = b.string("cpu");
-    let comment = b.string("jvmperf");
-    b.out.comment.push(comment);
+    for comment in std::iter::once("jvmperf").chain(profile.comments.iter().map(String::as_str)) {
+        let id = b.string(comment);
+        b.out.comment.push(id);
+    }
     let times = profile.samples.iter().map(|s| s.time).filter(|&t| t != 0);
-    if let (Some(first), Some(last)) = (times.clone().min(), times.max()) {
+    if let Some(interval) = profile.interval {
+        b.out.time_nanos = interval.start_unix_ns as i64;
+        b.out.duration_nanos = interval.duration_ns as i64;
+        let start = b.string(&format!("{INTERVAL_START}{}", profile.start_ns));
+        b.out.comment.push(start);
+    } else if let (Some(first), Some(last)) = (times.clone().min(), times.max()) {
         b.out.duration_nanos = (last - first) as i64;
     }
+    let profile_labels: Vec<proto::Label> = profile
+        .labels
+        .iter()
+        .map(|(k, v)| proto::Label {
+            key: b.string(k),
+            str: b.string(v),
+            ..Default::default()
+        })
+        .collect();
 
     let mut stack_locations: Vec<Option<Vec<u64>>> = vec![None; profile.stacks.len()];
     let (thread_key, tid_key) = (b.string(THREAD_LABEL), b.string(TID_LABEL));
@@ -265,7 +286,10 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
                     num: tid as i64,
                     ..Default::default()
                 },
-            ],
+            ]
+            .into_iter()
+            .chain(profile_labels.iter().cloned())
+            .collect(),
         });
     }
     let mut gz = GzEncoder::new(Vec::new(), Compression::default());
@@ -324,6 +348,15 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
     let functions: HashMap<u64, &proto::Function> = pb.function.iter().map(|f| (f.id, f)).collect();
 
     let mut profile = Profile::default();
+    for &c in &pb.comment {
+        if let Some(start) = string(c)?.strip_prefix(INTERVAL_START) {
+            profile.start_ns = start.parse().map_err(|_| corrupt("bad interval start"))?;
+            profile.interval = Some(WallInterval {
+                start_unix_ns: pb.time_nanos.max(0) as u64,
+                duration_ns: pb.duration_nanos.max(0) as u64,
+            });
+        }
+    }
     if let Some(pt) = &pb.period_type {
         if string(pt.unit)? == "nanoseconds" {
             profile.period_ns = pb.period.max(0) as u64;
@@ -418,6 +451,9 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
             profile.thread_names.insert(tid, name.to_string());
         }
         profile.add_counted(stack, tid, weight);
+    }
+    for s in &mut profile.samples {
+        s.time = profile.start_ns;
     }
     Ok(profile)
 }
@@ -564,6 +600,41 @@ mod tests {
             None,
             "another tool's build id"
         );
+    }
+
+    #[test]
+    fn an_interval_keeps_its_window_labels_and_comments() {
+        let mut p = fixture();
+        p.start_ns = 77_000_000_000;
+        p.interval = Some(WallInterval {
+            start_unix_ns: 1_795_000_000_000_000_000,
+            duration_ns: 60_000_000_000,
+        });
+        p.labels = vec![("pid".into(), "42".into()), ("host".into(), "h".into())];
+        p.comments = vec!["rate_hz=19".into()];
+        let bytes = render(&p).unwrap();
+        let mut raw = Vec::new();
+        GzDecoder::new(&bytes[..]).read_to_end(&mut raw).unwrap();
+        let pb = proto::Profile::decode(&raw[..]).unwrap();
+        assert_eq!(pb.time_nanos, 1_795_000_000_000_000_000);
+        assert_eq!(pb.duration_nanos, 60_000_000_000);
+        let s = |i: i64| pb.string_table[i as usize].as_str();
+        let comments: Vec<&str> = pb.comment.iter().map(|&c| s(c)).collect();
+        assert!(comments.contains(&"rate_hz=19"), "{comments:?}");
+        for sample in &pb.sample {
+            let labels: Vec<(&str, &str)> = sample
+                .label
+                .iter()
+                .filter(|l| l.str != 0)
+                .map(|l| (s(l.key), s(l.str)))
+                .collect();
+            assert!(labels.contains(&("pid", "42")) && labels.contains(&("host", "h")));
+        }
+        let back = parse(&bytes).unwrap();
+        assert_eq!(back.interval, p.interval);
+        assert_eq!(back.start_ns, 77_000_000_000);
+        assert!(back.samples.iter().all(|s| s.time == 77_000_000_000));
+        assert_eq!(back.total_weight(), p.total_weight());
     }
 
     #[test]

@@ -176,6 +176,19 @@ pub struct Profile {
     pub period_ns: u64,
     /// CLOCK_MONOTONIC ns when the recording started (0 when unknown).
     pub start_ns: u64,
+    /// The span of time the profile covers, when it is one interval of a longer recording (the
+    /// daemon's files): its start on the wall clock (ns since the Unix epoch) and its length.
+    pub interval: Option<WallInterval>,
+    /// Labels of the whole profile (host, pid, main class...): pprof puts them on every sample.
+    pub labels: Vec<(String, String)>,
+    /// Free-form notes on the profile (the rate in effect, samples lost): pprof comments.
+    pub comments: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WallInterval {
+    pub start_unix_ns: u64,
+    pub duration_ns: u64,
 }
 
 impl Profile {
@@ -281,21 +294,31 @@ impl Profile {
         let mut out = Profile {
             period_ns: self.period_ns,
             start_ns: self.start_ns,
+            interval: self.interval,
+            labels: self.labels.clone(),
             ..Default::default()
         };
-        let mut frame_map: Vec<Option<FrameId>> = vec![None; self.frames.len()];
-        let mut stack_map: Vec<Option<StackId>> = vec![None; self.stacks.len()];
-        for s in self.samples.iter().filter(|s| keep(s)) {
+        out.add_samples_of(self, keep);
+        out
+    }
+
+    /// Add the samples of `other` that `keep` accepts, with their stacks, frames and thread
+    /// names (a thread name already known for a tid stays).
+    pub fn add_samples_of(&mut self, this: &Profile, keep: impl Fn(&Sample) -> bool) {
+        let out = self;
+        let mut frame_map: Vec<Option<FrameId>> = vec![None; this.frames.len()];
+        let mut stack_map: Vec<Option<StackId>> = vec![None; this.stacks.len()];
+        for s in this.samples.iter().filter(|s| keep(s)) {
             let stack = match stack_map[s.stack as usize] {
                 Some(id) => id,
                 None => {
-                    let ids = self
+                    let ids = this
                         .stacks
                         .frames(s.stack)
                         .into_iter()
                         .map(|f| {
                             *frame_map[f as usize].get_or_insert_with(|| {
-                                out.intern_frame(self.frames[f as usize].clone())
+                                out.intern_frame(this.frames[f as usize].clone())
                             })
                         })
                         .collect();
@@ -304,14 +327,13 @@ impl Profile {
                     id
                 }
             };
-            if let Some(name) = self.thread_names.get(&s.tid) {
+            if let Some(name) = this.thread_names.get(&s.tid) {
                 out.thread_names
                     .entry(s.tid)
                     .or_insert_with(|| name.clone());
             }
             out.samples.push(Sample { stack, ..*s });
         }
-        out
     }
 }
 

@@ -161,6 +161,21 @@ pub(super) fn set_enabled(fd: &OwnedFd, enabled: bool) -> io::Result<()> {
     }
 }
 
+/// Change a running frequency-mode event's rate (`PERF_EVENT_IOC_PERIOD` sets `sample_freq` for
+/// such events; kernel/events/core.c, perf_event_period).
+pub(super) fn set_frequency(fd: &OwnedFd, hz: u64) -> io::Result<()> {
+    let mut value = hz;
+    // The ioctl takes a pointer to the value; the crate's binding types its argument as u64, so
+    // the pointer is passed as one.
+    // SAFETY: `fd` is a perf event descriptor and `value` outlives the call.
+    let rc = unsafe { ioctls::PERIOD(fd.as_raw_fd(), std::ptr::addr_of_mut!(value) as u64) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 pub(super) fn read_sysctl(name: &str) -> Option<i64> {
     std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
         .ok()?

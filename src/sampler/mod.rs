@@ -573,6 +573,22 @@ impl Sampler {
         }
     }
 
+    /// Samples per second per thread from now on, for every thread (and threads added later).
+    pub fn set_frequency(&mut self, hz: u64) -> Result<()> {
+        let config = SamplerConfig {
+            frequency_hz: hz,
+            ..self.config.clone()
+        };
+        config.validate()?;
+        self.config = config;
+        self.attr.sample_freq = hz;
+        for event in self.threads.values() {
+            // Fails only for an event whose thread is gone, which the next poll cleans up.
+            let _ = attr::set_frequency(&event.fd, hz);
+        }
+        Ok(())
+    }
+
     /// Stops sampling on every thread (and on threads added later), e.g. before a final drain.
     pub fn disable(&mut self) {
         self.set_enabled(false);

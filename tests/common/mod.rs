@@ -247,3 +247,15 @@ pub fn call_site_bci(class: &str, method: &str, callee: &str) -> i32 {
     }
     panic!("no call to {callee} in {class}.{method}:\n{text}");
 }
+
+/// Go's pprof (`go tool pprof`), from PATH or Debian's golang-go.
+pub fn go() -> PathBuf {
+    let candidates: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("go")).collect())
+        .unwrap_or_default();
+    candidates
+        .into_iter()
+        .chain([PathBuf::from("/usr/lib/go/bin/go")])
+        .find(|p| p.is_file())
+        .expect("Go's pprof is needed: install golang-go (scripts/setup-debian.sh)")
+}

@@ -1,0 +1,222 @@
+//! Finding the HotSpot JVMs on the host: processes with `libjvm.so` mapped, old enough to have
+//! their signal handlers in place (an attach signals the JVM), and named for people by their main
+//! class or jar.
+
+use regex::Regex;
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+/// A JVM is attached to only once it has run this long: a JVM still starting up may not yet
+/// handle the SIGQUIT that starts its Attach Listener.
+const MIN_AGE: Duration = Duration::from_secs(2);
+
+/// A process found to be a JVM to profile.
+#[derive(Debug, Clone)]
+pub struct FoundJvm {
+    pub pid: u32,
+    /// Main class, or jar file name, or the command name.
+    pub name: String,
+}
+
+/// Which processes to look at: the pids given, or every one; and a pattern their command line
+/// must match.
+pub struct Selection {
+    pub pids: Vec<u32>,
+    pub pattern: Option<Regex>,
+}
+
+/// Processes seen before, by pid, with their start time and command name: a pid reused, or a
+/// process that exec'd (a shell script's `exec java`), is looked at again.
+#[derive(Default)]
+pub struct Seen {
+    seen: HashMap<u32, (u64, String)>,
+}
+
+impl Seen {
+    /// JVMs not seen before that are old enough to attach to. Processes we may not read are
+    /// passed over (they cannot be profiled by us anyway).
+    pub fn scan(&mut self, selection: &Selection) -> Vec<FoundJvm> {
+        let me = std::process::id();
+        let pids: Vec<u32> = if selection.pids.is_empty() {
+            std::fs::read_dir("/proc")
+                .map(|d| {
+                    d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                        .collect()
+                })
+                .unwrap_or_default()
+        } else {
+            selection.pids.clone()
+        };
+        self.seen
+            .retain(|pid, _| Path::new(&format!("/proc/{pid}")).exists());
+        let mut found = Vec::new();
+        for pid in pids.into_iter().filter(|&p| p != me) {
+            let Some((start, age)) = start_and_age(pid) else {
+                continue;
+            };
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let key = (start, comm.trim().to_string());
+            if self.seen.get(&pid) == Some(&key) || age < MIN_AGE {
+                continue;
+            }
+            self.seen.insert(pid, key);
+            if !maps_libjvm(pid) {
+                continue;
+            }
+            let args = command_line(pid);
+            if selection
+                .pattern
+                .as_ref()
+                .is_some_and(|re| !re.is_match(&args.join(" ")))
+            {
+                continue;
+            }
+            let name = main_name(&args).unwrap_or_else(|| comm.trim().to_string());
+            found.push(FoundJvm { pid, name });
+        }
+        found
+    }
+}
+
+fn maps_libjvm(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .is_ok_and(|maps| maps.lines().any(|l| l.ends_with("/libjvm.so")))
+}
+
+fn command_line(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The process's start time (clock ticks after boot, field 22 of `/proc/PID/stat`) and its age.
+fn start_and_age(pid: u32) -> Option<(u64, Duration)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(") ")?;
+    let start: u64 = rest.split_whitespace().nth(19)?.parse().ok()?;
+    // SAFETY: sysconf with an integer argument only.
+    let ticks = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+        .ok()
+        .filter(|&t| t > 0)?;
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let age = (uptime - start as f64 / ticks as f64).max(0.0);
+    Some((start, Duration::from_secs_f64(age)))
+}
+
+/// Options of the `java` launcher that take the next argument as their value.
+const OPTIONS_WITH_VALUE: &[&str] = &[
+    "-cp",
+    "-classpath",
+    "--class-path",
+    "-p",
+    "--module-path",
+    "--upgrade-module-path",
+    "--add-modules",
+    "--limit-modules",
+    "--add-reads",
+    "--add-exports",
+    "--add-opens",
+    "--patch-module",
+    "--enable-native-access",
+];
+
+/// The main class (`bench.App`), the jar's file name (`app.jar`) or the module's main class
+/// from a `java` command line.
+pub fn main_name(args: &[String]) -> Option<String> {
+    let mut it = args.iter().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "-jar" => {
+                let jar = it.next()?;
+                return Path::new(jar)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned());
+            }
+            "-m" | "--module" => {
+                let module = it.next()?;
+                return Some(module.rsplit('/').next()?.to_string());
+            }
+            a if OPTIONS_WITH_VALUE.contains(&a) => {
+                it.next();
+            }
+            a if a.starts_with('-') => {}
+            class => return Some(class.to_string()),
+        }
+    }
+    None
+}
+
+/// `name` as one file-name component: letters, digits, `.`, `_` and `-` kept, the rest `_`.
+pub fn file_safe(name: &str) -> String {
+    let safe: String = name
+        .chars()
+        .take(100)
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '_' | '-' => c,
+            _ => '_',
+        })
+        .collect();
+    match safe.trim_start_matches('.') {
+        "" => "jvm".to_string(),
+        s => s.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Vec<String> {
+        line.split(' ').map(str::to_string).collect()
+    }
+
+    #[test]
+    fn main_class_jar_or_module() {
+        let cases = [
+            ("java -Xmx1g -cp a.jar:b bench.App 5", Some("bench.App")),
+            (
+                "java -XX:+UseG1GC -jar /srv/app/shop-1.2.jar --port 8080",
+                Some("shop-1.2.jar"),
+            ),
+            (
+                "java --add-opens java.base/java.lang=ALL-UNNAMED -m app/com.x.Main",
+                Some("com.x.Main"),
+            ),
+            ("java --class-path lib Main", Some("Main")),
+            ("java -version", None),
+        ];
+        for (line, want) in cases {
+            assert_eq!(main_name(&args(line)).as_deref(), want, "{line}");
+        }
+    }
+
+    #[test]
+    fn names_become_one_safe_file_name() {
+        assert_eq!(file_safe("shop-1.2.jar"), "shop-1.2.jar");
+        assert_eq!(file_safe("../../etc/x y"), "_.._etc_x_y");
+        assert_eq!(file_safe(".."), "jvm");
+        assert_eq!(file_safe(""), "jvm");
+    }
+
+    #[test]
+    fn this_test_process_is_not_a_jvm() {
+        let mut seen = Seen::default();
+        let me = std::process::id();
+        let selection = Selection {
+            pids: vec![me, 1],
+            pattern: None,
+        };
+        assert!(seen.scan(&selection).iter().all(|j| j.pid != me));
+    }
+}
