@@ -7,7 +7,7 @@ use crate::hotspot::codecache::{BlobInfo, BlobKind, CodeCache};
 use crate::hotspot::frame::{self, INTERP_BCP, INTERP_METHOD, INTERP_SENDER_SP};
 use crate::hotspot::method::{MethodLayout, MethodNames};
 use crate::hotspot::HotSpot;
-use crate::native::{NativeRegs, NativeUnwinder, StepOutcome};
+use crate::native::{Interrupted, NativeRegs, NativeUnwinder, StepOutcome};
 use crate::sampler::Regs;
 use crate::target::{PageCachedMemory, ProcessMemory, TargetMemory};
 use foldhash::HashMap;
@@ -53,6 +53,13 @@ pub struct Walk {
     /// The walk reached the end of the thread's stack.
     pub rooted: bool,
     pub truncated: Option<Truncation>,
+}
+
+/// How a walk goes on from a frame.
+enum Next {
+    Caller(NativeRegs),
+    /// Past a signal frame: the interrupted code, whose pc is not a return address.
+    Interrupted(Interrupted),
 }
 
 /// `base + off` for a stack address computed from sampled registers or stack words, which are
@@ -182,10 +189,14 @@ impl StackWalker {
             bp: regs.bp,
         };
         let mut first = true;
+        // The registers of the innermost frame: the sampled ones, or those a signal interrupted.
+        let mut top = *regs;
         while walk.frames.len() < MAX_FRAMES {
             let next = if self.in_code_cache(r.pc) {
                 match self.blob_for(r.pc) {
-                    Some(blob) => self.java_step(&blob, r, first, regs, &view, &mut walk.frames),
+                    Some(blob) => self
+                        .java_step(&blob, r, first, &top, &view, &mut walk.frames)
+                        .map(|c| c.map(Next::Caller)),
                     None => Err(Truncation::UnknownCode),
                 }
             } else {
@@ -195,14 +206,15 @@ impl StackWalker {
                 });
                 let mut read = |a: u64| view.read(a);
                 match self.native.step(r, first, &mut read) {
-                    StepOutcome::Caller(c) => Ok(Some(c)),
+                    StepOutcome::Caller(c) => Ok(Some(Next::Caller(c))),
+                    StepOutcome::Interrupted(i) => Ok(Some(Next::Interrupted(i))),
                     StepOutcome::Root => Ok(None),
                     StepOutcome::NoModule => Err(Truncation::UnknownCode),
                     StepOutcome::Failed(_) => Err(Truncation::NativeFailed),
                 }
             };
             match next {
-                Ok(Some(caller)) => {
+                Ok(Some(Next::Caller(caller))) => {
                     // Callers live at higher addresses; anything else is a corrupt or misread frame.
                     if caller.sp <= r.sp || caller.pc == 0 {
                         walk.truncated = Some(Truncation::BadStack);
@@ -210,6 +222,26 @@ impl StackWalker {
                     }
                     r = caller;
                     first = false;
+                }
+                Ok(Some(Next::Interrupted(i))) => {
+                    // The interrupted code is below the signal frame on its stack, or anywhere
+                    // when the handler ran on an alternate signal stack.
+                    if i.sp == r.sp || i.pc == 0 {
+                        walk.truncated = Some(Truncation::BadStack);
+                        return walk;
+                    }
+                    r = NativeRegs {
+                        pc: i.pc,
+                        sp: i.sp,
+                        bp: i.bp,
+                    };
+                    top.bx = i.bx;
+                    top.r13 = i.r13;
+                    first = true;
+                    // The trampoline was entered by a return, not a call: its own pc names it.
+                    if let Some(RawFrame::Native { return_address, .. }) = walk.frames.last_mut() {
+                        *return_address = false;
+                    }
                 }
                 Ok(None) => {
                     walk.rooted = true;

@@ -2,8 +2,10 @@
 //! walker can interleave its own JIT/interpreter frames with native ones.
 
 use super::modules::{FileBytes, Module, ModuleChanges, ModuleRef, Modules};
+use super::sigframe::{self, Interrupted, SIGRETURN_CODE};
 use crate::error::Result;
-use crate::target::TargetProcess;
+use crate::target::{ProcessMemory, TargetMemory, TargetProcess};
+use foldhash::HashMap;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Unwinder};
 use object::{CompressionFormat, Object, ObjectSection};
@@ -25,6 +27,9 @@ pub enum StepOutcome {
     Caller(NativeRegs),
     /// The stack ends here (`_start`, `clone`, thread start: the unwind info says so).
     Root,
+    /// The pc is the signal trampoline: the caller is the code the signal interrupted, at the
+    /// instruction it was about to run (not a return address).
+    Interrupted(Interrupted),
     /// The pc is in no known module (JIT code, or a library loaded too recently to be seen).
     NoModule,
     Failed(String),
@@ -35,7 +40,13 @@ pub struct NativeUnwinder {
     unwinder: UnwinderX86_64<SectionBytes>,
     /// framehop's rule cache: kept across samples, it makes repeated steps at the same pc cheap.
     cache: CacheX86_64,
+    mem: ProcessMemory,
+    /// Return addresses already checked for the signal trampoline.
+    sigreturn: HashMap<u64, bool>,
 }
+
+/// Return addresses remembered in `sigreturn` before the map is cleared.
+const MAX_SIGRETURN_CHECKED: usize = 1 << 16;
 
 impl NativeUnwinder {
     pub fn new(process: &TargetProcess) -> Result<Self> {
@@ -48,6 +59,8 @@ impl NativeUnwinder {
             modules,
             unwinder,
             cache: CacheX86_64::new(),
+            mem: ProcessMemory { pid: process.pid },
+            sigreturn: HashMap::default(),
         })
     }
 
@@ -95,6 +108,12 @@ impl NativeUnwinder {
         {
             return StepOutcome::NoModule;
         }
+        if !first_frame && self.is_sigreturn(regs.pc) {
+            return match sigframe::interrupted(regs.sp, read_stack) {
+                Some(regs) => StepOutcome::Interrupted(regs),
+                None => StepOutcome::Failed("signal frame unreadable".into()),
+            };
+        }
         let mut fh_regs = UnwindRegsX86_64::new(regs.pc, regs.sp, regs.bp);
         match self.unwinder.unwind_frame(
             address,
@@ -110,6 +129,18 @@ impl NativeUnwinder {
             Ok(None) => StepOutcome::Root,
             Err(e) => StepOutcome::Failed(e.to_string()),
         }
+    }
+
+    /// Whether the code at return address `pc` is the signal trampoline (read once per address).
+    fn is_sigreturn(&mut self, pc: u64) -> bool {
+        if self.sigreturn.len() > MAX_SIGRETURN_CHECKED {
+            self.sigreturn.clear();
+        }
+        let mem = self.mem;
+        *self.sigreturn.entry(pc).or_insert_with(|| {
+            let mut code = [0u8; SIGRETURN_CODE.len()];
+            mem.read(pc, &mut code).is_ok() && code == SIGRETURN_CODE
+        })
     }
 
     fn apply(&mut self, changes: ModuleChanges) {
