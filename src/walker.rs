@@ -290,20 +290,7 @@ impl StackWalker {
                     blob: Arc::from(blob.name.as_str()),
                 });
                 if r.pc == self.call_stub_return || blob.frame_size == 0 {
-                    // The call stub and StubRoutines keep rbp framed (`enter`), if they built a frame.
-                    let framed = r.bp > r.sp && r.bp - r.sp < 1 << 16;
-                    if framed && self.plausible_return(rd(above(r.bp, 8)?)?) {
-                        return Ok(Some(NativeRegs {
-                            pc: rd(above(r.bp, 8)?)?,
-                            sp: above(r.bp, 16)?,
-                            bp: rd(r.bp)?,
-                        }));
-                    }
-                    return Ok(Some(NativeRegs {
-                        pc: rd(r.sp)?,
-                        sp: above(r.sp, 8)?,
-                        bp: r.bp,
-                    }));
+                    return self.rbp_framed_caller(r, first, view).map(Some);
                 }
                 self.framed_caller(blob, r, first, view).map(Some)
             }
@@ -342,15 +329,7 @@ impl StackWalker {
                     None => after_push(),
                 };
             }
-            if self.code_bytes.len() > MAX_CACHED {
-                self.code_bytes.clear();
-            }
-            let mem = self.mem;
-            let code = *self.code_bytes.entry(r.pc).or_insert_with(|| {
-                let mut code = [0u8; frame::EPILOGUE_BYTES];
-                mem.read(r.pc, &mut code).ok().map(|()| code)
-            });
-            match code.map(frame::epilogue_at) {
+            match self.code_at(r.pc).map(frame::epilogue_at) {
                 Some(frame::Epilogue::FramePopped) => {
                     if let Some(c) = ret_at_sp(self)? {
                         return Ok(c);
@@ -369,6 +348,64 @@ impl StackWalker {
             sp: sender_sp,
             bp: rd(sender_sp - 16)?,
         })
+    }
+
+    /// The first code bytes at a top frame's pc, cached per pc.
+    fn code_at(&mut self, pc: u64) -> Option<[u8; frame::EPILOGUE_BYTES]> {
+        if self.code_bytes.len() > MAX_CACHED {
+            self.code_bytes.clear();
+        }
+        let mem = self.mem;
+        *self.code_bytes.entry(pc).or_insert_with(|| {
+            let mut code = [0u8; frame::EPILOGUE_BYTES];
+            mem.read(pc, &mut code).ok().map(|()| code)
+        })
+    }
+
+    /// The caller of a stub without a fixed frame size (StubRoutines, the call stub): it builds an
+    /// rbp frame, if any, with `MacroAssembler::enter()` (`push rbp; mov rbp,rsp`) and ends it
+    /// with `leave` or `pop rbp` before `ret` (`macroAssembler_x86.cpp`). A top frame may be
+    /// caught before its frame exists or after it is gone; its code bytes tell.
+    fn rbp_framed_caller(
+        &mut self,
+        r: NativeRegs,
+        first: bool,
+        view: &StackView<'_, ProcessMemory>,
+    ) -> Result<NativeRegs, Truncation> {
+        let rd = |a: u64| view.read(a).map_err(|_| Truncation::BadStack);
+        let ret_at_sp = || -> Result<NativeRegs, Truncation> {
+            Ok(NativeRegs {
+                pc: rd(r.sp)?,
+                sp: above(r.sp, 8)?,
+                bp: r.bp,
+            })
+        };
+        if first {
+            match self.code_at(r.pc).map(frame::stub_frame_at) {
+                Some(frame::StubFrame::None) => return ret_at_sp(),
+                Some(frame::StubFrame::RbpPushed) => {
+                    return Ok(NativeRegs {
+                        pc: rd(above(r.sp, 8)?)?,
+                        sp: above(r.sp, 16)?,
+                        bp: rd(r.sp)?,
+                    })
+                }
+                _ => {}
+            }
+        }
+        // Right after `enter` rbp equals sp.
+        if r.bp >= r.sp && r.bp - r.sp < 1 << 16 {
+            let pc = rd(above(r.bp, 8)?)?;
+            if self.plausible_return(pc) {
+                return Ok(NativeRegs {
+                    pc,
+                    sp: above(r.bp, 16)?,
+                    bp: rd(r.bp)?,
+                });
+            }
+        }
+        // A leaf stub that builds no frame.
+        ret_at_sp()
     }
 
     fn note_method(&mut self, method: u64, code_start: u64) {

@@ -13,23 +13,35 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// Record `jvm` for a few seconds with thread names as roots; the collapsed stacks.
-fn record(jvm: &Jvm, dir: &Path) -> String {
+/// Recordings in this file need the CPU: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Recordings of `jvm` for a few seconds each, thread names as roots, until `enough` holds of
+/// their collapsed stacks together (at most 5 on a busy machine); the stacks.
+fn record_until(jvm: &Jvm, dir: &Path, enough: impl Fn(&str) -> bool) -> String {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let out = dir.join("profile.collapsed");
-    let res = run_jvmperf(&[
-        "record",
-        "-p",
-        &jvm.pid.to_string(),
-        "-d",
-        "3",
-        "-F",
-        "499",
-        "--threads",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert!(res.status.success(), "record failed: {}", stderr_of(&res));
-    std::fs::read_to_string(&out).unwrap()
+    let mut profile = String::new();
+    for _ in 0..5 {
+        let res = run_jvmperf(&[
+            "record",
+            "-p",
+            &jvm.pid.to_string(),
+            "-d",
+            "3",
+            "-F",
+            "499",
+            "--threads",
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert!(res.status.success(), "record failed: {}", stderr_of(&res));
+        profile += &std::fs::read_to_string(&out).unwrap();
+        if enough(&profile) {
+            break;
+        }
+    }
+    profile
 }
 
 /// Samples of `thread` whose stack contains `frame`, and how many of them satisfy `ok`.
@@ -69,8 +81,11 @@ fn a_signal_handler_on_a_java_thread_keeps_the_interrupted_java_frames() {
         .expect("cc (apt-get install gcc)");
     assert!(built.success(), "cc failed");
     let jvm = Jvm::start(&[], "bench.SignalSpin", &[lib.to_str().unwrap()]);
-    let profile = record(&jvm, &dir);
-    let (in_handler, through) = count(&profile, "signal-worker", "jvmperf_spin_handler", |f| {
+    const HANDLER: &str = "jvmperf_spin_handler";
+    let profile = record_until(&jvm, &dir, |p| {
+        count(p, "signal-worker", HANDLER, |_| true).0 >= 30
+    });
+    let (in_handler, through) = count(&profile, "signal-worker", HANDLER, |f| {
         let at = |name: &str| f.iter().position(|x| x.starts_with(name));
         rooted(f)
             && matches!(
@@ -86,5 +101,31 @@ fn a_signal_handler_on_a_java_thread_keeps_the_interrupted_java_frames() {
         through * 100 >= in_handler * 99,
         "{through} of {in_handler} handler samples reach the root through the interrupted Java frames:\n{profile}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn arraycopy_stubs_have_their_java_caller_below_them() {
+    let dir = scratch("arraycopy");
+    let jvm = Jvm::start(&[], "bench.ArrayCopy", &[]);
+    const STUBS: [&str; 2] = ["jshort_disjoint_arraycopy", "jbyte_disjoint_arraycopy"];
+    let profile = record_until(&jvm, &dir, |p| {
+        STUBS
+            .iter()
+            .all(|stub| count(p, "copy-worker", stub, |_| true).0 >= 30)
+    });
+    for stub in STUBS {
+        let (in_stub, with_caller) = count(&profile, "copy-worker", stub, |f| {
+            let at = f.iter().position(|x| x.starts_with(stub)).unwrap();
+            rooted(f)
+                && f[at - 1].starts_with("bench.ArrayCopy.")
+                && (f[at - 1].ends_with("_[j]") || f[at - 1].ends_with("_[i]"))
+        });
+        assert!(in_stub >= 30, "{in_stub} samples in {stub}:\n{profile}");
+        assert!(
+            with_caller * 100 >= in_stub * 99,
+            "{with_caller} of {in_stub} samples in {stub} have their Java caller below and reach the root:\n{profile}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
