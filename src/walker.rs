@@ -339,15 +339,24 @@ impl StackWalker {
                 _ => {}
             }
         }
-        if blob.frame_size < 16 {
+        if blob.frame_size >= 16 {
+            let sender_sp = above(r.sp, blob.frame_size)?;
+            let pc = rd(sender_sp - 8)?;
+            if !first || self.plausible_return(pc) {
+                return Ok(NativeRegs {
+                    pc,
+                    sp: sender_sp,
+                    bp: rd(sender_sp - 16)?,
+                });
+            }
+        } else if !first {
             return Err(Truncation::UnknownCode);
         }
-        let sender_sp = above(r.sp, blob.frame_size)?;
-        Ok(NativeRegs {
-            pc: rd(sender_sp - 8)?,
-            sp: sender_sp,
-            bp: rd(sender_sp - 16)?,
-        })
+        // A top frame where its frame size does not hold: a stub whose frame is never marked
+        // complete (C1's Runtime1 stubs build an rbp frame with `enter`, `c1_Runtime1_x86.cpp`),
+        // or code that moved sp for a call (native wrappers realign it around runtime calls and
+        // keep rbp framed, `sharedRuntime_x86_64.cpp`).
+        self.rbp_framed_caller(r, first, view)
     }
 
     /// The first code bytes at a top frame's pc, cached per pc.

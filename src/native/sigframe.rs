@@ -4,6 +4,8 @@
 //! (HotSpot's for implicit null checks and other traps, another profiler's timer signal) keeps
 //! its callers.
 
+use super::modules::Module;
+use object::{Object, ObjectSegment};
 use std::mem::offset_of;
 
 /// The trampoline every x86_64 libc registers as `sa_restorer`, `__restore_rt`:
@@ -11,6 +13,47 @@ use std::mem::offset_of;
 /// `sysdeps/unix/sysv/linux/x86_64/libc_sigaction.c`, musl `src/signal/x86_64/restore.s`; gdb's
 /// `amd64_linux_sigtramp_code` recognises it by the same bytes).
 pub const SIGRETURN_CODE: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+
+/// Whether `module` may hold the trampoline: the C library (glibc's `libc.so.6`, musl's
+/// `ld-musl-*.so.1` or `libc.musl-*.so.1`) or the vDSO.
+fn may_hold_trampoline(module: &Module) -> bool {
+    let name = module.name.as_str();
+    name.starts_with("libc.so")
+        || name.starts_with("libc-")
+        || name.contains("musl")
+        || name == "[vdso]"
+}
+
+/// Addresses in the target of every sigreturn trampoline in `module`, found by their code in
+/// the module's executable segments.
+pub fn trampolines(module: &Module) -> Vec<u64> {
+    if !may_hold_trampoline(module) {
+        return Vec::new();
+    }
+    let Ok(elf) = object::File::parse(module.data()) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for seg in elf.segments() {
+        let executable = matches!(seg.flags(), object::SegmentFlags::Elf { p_flags, .. } if p_flags.0 & object::elf::PF_X.0 != 0);
+        let Ok(bytes) = seg.data() else { continue };
+        if !executable {
+            continue;
+        }
+        found.extend(
+            bytes
+                .windows(SIGRETURN_CODE.len())
+                .enumerate()
+                .filter(|(_, w)| *w == SIGRETURN_CODE)
+                .map(|(i, _)| {
+                    seg.address()
+                        .wrapping_add(i as u64)
+                        .wrapping_add(module.bias)
+                }),
+        );
+    }
+    found
+}
 
 /// The registers of the interrupted code that unwinding needs, including what HotSpot's
 /// interpreter keeps in registers (rbx: `Method*` at entry, r13: bcp).

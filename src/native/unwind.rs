@@ -2,10 +2,9 @@
 //! walker can interleave its own JIT/interpreter frames with native ones.
 
 use super::modules::{FileBytes, Module, ModuleChanges, ModuleRef, Modules};
-use super::sigframe::{self, Interrupted, SIGRETURN_CODE};
+use super::sigframe::{self, Interrupted};
 use crate::error::Result;
-use crate::target::{ProcessMemory, TargetMemory, TargetProcess};
-use foldhash::HashMap;
+use crate::target::TargetProcess;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Unwinder};
 use object::{CompressionFormat, Object, ObjectSection};
@@ -40,13 +39,9 @@ pub struct NativeUnwinder {
     unwinder: UnwinderX86_64<SectionBytes>,
     /// framehop's rule cache: kept across samples, it makes repeated steps at the same pc cheap.
     cache: CacheX86_64,
-    mem: ProcessMemory,
-    /// Return addresses already checked for the signal trampoline.
-    sigreturn: HashMap<u64, bool>,
+    /// Where the signal trampolines of the loaded modules are.
+    trampolines: Vec<u64>,
 }
-
-/// Return addresses remembered in `sigreturn` before the map is cleared.
-const MAX_SIGRETURN_CHECKED: usize = 1 << 16;
 
 impl NativeUnwinder {
     pub fn new(process: &TargetProcess) -> Result<Self> {
@@ -55,12 +50,16 @@ impl NativeUnwinder {
         for m in modules.all() {
             unwinder.add_module(framehop_module(m));
         }
+        let trampolines = modules
+            .all()
+            .iter()
+            .flat_map(|m| sigframe::trampolines(m))
+            .collect();
         Ok(NativeUnwinder {
             modules,
             unwinder,
             cache: CacheX86_64::new(),
-            mem: ProcessMemory { pid: process.pid },
-            sigreturn: HashMap::default(),
+            trampolines,
         })
     }
 
@@ -108,11 +107,15 @@ impl NativeUnwinder {
         {
             return StepOutcome::NoModule;
         }
-        if !first_frame && self.is_sigreturn(regs.pc) {
-            return match sigframe::interrupted(regs.sp, read_stack) {
-                Some(regs) => StepOutcome::Interrupted(regs),
-                None => StepOutcome::Failed("signal frame unreadable".into()),
-            };
+        // A handler's return lands on the trampoline's first instruction; a sample may also
+        // catch the trampoline at its `syscall` or, inside rt_sigreturn, just after it. sp is at
+        // the ucontext all along.
+        let offsets: &[u64] = if first_frame { &[0, 7, 9] } else { &[0] };
+        if offsets
+            .iter()
+            .any(|&off| self.is_sigreturn(regs.pc.wrapping_sub(off)))
+        {
+            return self.signal_frame(regs, read_stack);
         }
         let mut fh_regs = UnwindRegsX86_64::new(regs.pc, regs.sp, regs.bp);
         match self.unwinder.unwind_frame(
@@ -131,16 +134,20 @@ impl NativeUnwinder {
         }
     }
 
-    /// Whether the code at return address `pc` is the signal trampoline (read once per address).
-    fn is_sigreturn(&mut self, pc: u64) -> bool {
-        if self.sigreturn.len() > MAX_SIGRETURN_CHECKED {
-            self.sigreturn.clear();
+    fn signal_frame(
+        &self,
+        regs: NativeRegs,
+        read_stack: &mut dyn FnMut(u64) -> std::result::Result<u64, ()>,
+    ) -> StepOutcome {
+        match sigframe::interrupted(regs.sp, read_stack) {
+            Some(regs) => StepOutcome::Interrupted(regs),
+            None => StepOutcome::Failed("signal frame unreadable".into()),
         }
-        let mem = self.mem;
-        *self.sigreturn.entry(pc).or_insert_with(|| {
-            let mut code = [0u8; SIGRETURN_CODE.len()];
-            mem.read(pc, &mut code).is_ok() && code == SIGRETURN_CODE
-        })
+    }
+
+    /// Whether `pc` is the first instruction of a signal trampoline.
+    fn is_sigreturn(&self, pc: u64) -> bool {
+        self.trampolines.contains(&pc)
     }
 
     fn apply(&mut self, changes: ModuleChanges) {
@@ -150,6 +157,12 @@ impl NativeUnwinder {
         for m in &changes.added {
             self.unwinder.add_module(framehop_module(m));
         }
+        self.trampolines = self
+            .modules
+            .all()
+            .iter()
+            .flat_map(|m| sigframe::trampolines(m))
+            .collect();
     }
 }
 
