@@ -396,6 +396,7 @@ fn sigint_writes_the_partial_profile_and_sigkill_leaves_the_jvm_clean() {
     // off), and the next recording attaches as usual.
     let killed = scratch.path("killed.collapsed");
     let child = record_in_background(&jvm, &killed);
+    let killed_pid = child.id();
     signal(&child, nix::sys::signal::Signal::SIGKILL);
     let res = finish(child, Duration::from_secs(10));
     assert_eq!(
@@ -417,11 +418,30 @@ fn sigint_writes_the_partial_profile_and_sigkill_leaves_the_jvm_clean() {
     );
     assert_unharmed(&jvm, before, "SIGINT and SIGKILL");
 
+    // The killed recording's socket is left behind, and removed by the next attach.
+    let sockets = PathBuf::from(format!("/tmp/.jvmperf-{}", nix::unistd::geteuid()));
+    let killed_sockets = || {
+        std::fs::read_dir(&sockets)
+            .unwrap()
+            .filter(|e| {
+                let name = e.as_ref().unwrap().file_name();
+                name.to_string_lossy()
+                    .starts_with(&format!("d{killed_pid}-"))
+            })
+            .count()
+    };
+    assert_eq!(killed_sockets(), 1, "the killed recording's socket");
+
     let again = scratch.path("again.collapsed");
     let res = record_briefly(&jvm, &again);
     assert!(res.status.success(), "{}", stderr_of(&res));
     assert_throughput_stacks(&again);
     assert!(jvm.is_alive());
+    assert_eq!(
+        killed_sockets(),
+        0,
+        "stale socket removed at the next attach"
+    );
 }
 
 #[test]

@@ -7,14 +7,18 @@ mod common;
 use common::tomcat::Tomcat;
 use common::*;
 
+const WARM_UP_SECS: u64 = 10;
+
 #[test]
 fn tomcat_under_load_records_rooted_named_stacks() {
     let dir = std::env::temp_dir().join(format!("jvmperf-tomcat-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let tomcat = Tomcat::start(&java_home(), &dir).unwrap_or_else(|e| panic!("{e}"));
-    // Load for the warm-up (JIT) and the whole recording.
-    let wrk = tomcat.wrk(25, 4).unwrap_or_else(|e| panic!("{e}"));
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    // Load for the warm-up and the whole recording. The recording starts once the JIT has
+    // compiled the hot paths: while code is still being compiled and replaced (deoptimization,
+    // on-stack replacement) a few more stacks stop early, and this test is about steady state.
+    let wrk = tomcat.wrk(WARM_UP_SECS + 17, 4).unwrap_or_else(|e| panic!("{e}"));
+    std::thread::sleep(std::time::Duration::from_secs(WARM_UP_SECS));
     let out = dir.join("tomcat.collapsed");
     let res = run_jvmperf(&[
         "record",
