@@ -121,6 +121,7 @@ pub fn ensure_listener(process: &TargetProcess) -> Result<PathBuf> {
     let start = Instant::now();
     let mut step = Duration::from_millis(5);
     while start.elapsed() < LISTENER_TIMEOUT {
+        crate::interrupt::check_while_attaching(process.pid)?;
         std::thread::sleep(step);
         if is_socket(&sock) {
             drop(trigger);

@@ -480,3 +480,35 @@ fn a_second_recording_is_refused_while_the_first_runs_and_works_after_it() {
     assert_throughput_stacks(&again);
     assert_unharmed(&jvm, before, "second recording refused");
 }
+
+/// Ctrl-C while jvmperf waits for the JVM (here a stopped JVM that cannot start its Attach
+/// Listener) ends the wait at once with its own message, not the listener timeout's.
+#[test]
+fn ctrl_c_during_start_up_ends_the_attach() {
+    let _serial = serial();
+    let scratch = Scratch::new("ctrl-c");
+    let jvm = Jvm::start(&[], "bench.Throughput", THROUGHPUT_ARGS);
+    let jvm_pid = nix::unistd::Pid::from_raw(jvm.pid as i32);
+    nix::sys::signal::kill(jvm_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let out = scratch.path("never.collapsed");
+    let child = jvmperf()
+        .args(["record", "-p", &jvm.pid.to_string(), "-o", s(&out)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let trigger = PathBuf::from(format!("/proc/{}/cwd/.attach_pid{}", jvm.pid, jvm.pid));
+    wait_until(
+        "jvmperf waits for the Attach Listener",
+        Duration::from_secs(30),
+        || trigger.exists(),
+    );
+    signal(&child, nix::sys::signal::Signal::SIGINT);
+    let res = finish(child, Duration::from_secs(30));
+    nix::sys::signal::kill(jvm_pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert_one_line_error(&res, 130, "interrupted while attaching");
+    assert!(!out.exists());
+    assert!(!trigger.exists(), "the trigger file is removed");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(jvm.is_alive());
+}
