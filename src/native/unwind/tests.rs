@@ -59,18 +59,26 @@ fn names(
         .collect()
 }
 
-#[test]
-fn unwinds_own_recursion_to_the_thread_root() {
-    let captured = recurse(DEPTH);
+/// A stack of this process unwound: it must end at the thread's root; the unwinder (its caches
+/// warm) and the frames' names.
+fn unwind_own_stack_to_its_root(captured: &Captured) -> (NativeUnwinder, Vec<String>) {
     let me = TargetProcess::open(std::process::id()).unwrap();
     let mut unwinder = NativeUnwinder::new(&me).unwrap();
-    let (frames, end) = unwind(&mut unwinder, &captured);
+    let (frames, end) = unwind(&mut unwinder, captured);
     let names = names(
         &mut unwinder,
         &mut crate::native::testutil::scratch_symbolizer(),
         &frames,
     );
     assert_eq!(end, StepOutcome::Root, "{names:#?}");
+    (unwinder, names)
+}
+
+#[test]
+fn unwinds_own_recursion_to_the_thread_root() {
+    let captured = recurse(DEPTH);
+    let (mut unwinder, names) = unwind_own_stack_to_its_root(&captured);
+    let (frames, _) = unwind(&mut unwinder, &captured);
     assert!(names[0].ends_with("testutil::capture_here"), "{names:#?}");
     let recursion = names
         .iter()
@@ -135,16 +143,7 @@ fn interrupted_here() -> Captured {
 
 #[test]
 fn unwinds_through_a_signal_frame_to_the_interrupted_code_and_its_root() {
-    let captured = interrupted_here();
-    let me = TargetProcess::open(std::process::id()).unwrap();
-    let mut unwinder = NativeUnwinder::new(&me).unwrap();
-    let (frames, end) = unwind(&mut unwinder, &captured);
-    let names = names(
-        &mut unwinder,
-        &mut crate::native::testutil::scratch_symbolizer(),
-        &frames,
-    );
-    assert_eq!(end, StepOutcome::Root, "{names:#?}");
+    let (_, names) = unwind_own_stack_to_its_root(&interrupted_here());
     let at = |name: &str| names.iter().position(|n| n.ends_with(name));
     let handler = at("capture_in_handler").expect("handler frame");
     let trampoline = names
