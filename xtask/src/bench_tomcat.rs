@@ -16,6 +16,7 @@ use crate::{bench_jvm, jdk};
 use tomcat::Tomcat;
 
 struct Args {
+    warm_up: u64,
     window: u64,
     rounds: usize,
     connections: u32,
@@ -23,6 +24,7 @@ struct Args {
 
 fn parse_args(args: &[String]) -> Result<Args> {
     let mut out = Args {
+        warm_up: 20,
         window: 10,
         rounds: 3,
         connections: 4,
@@ -34,12 +36,13 @@ fn parse_args(args: &[String]) -> Result<Args> {
             v.parse().with_context(|| format!("{a} {v}"))
         };
         match a.as_str() {
+            "--warm-up" => out.warm_up = value()?,
             "--window" => out.window = value()?.max(1),
             "--rounds" => out.rounds = value()?.max(1) as usize,
             "--connections" => out.connections = value()?.max(1) as u32,
             "-h" | "--help" => {
                 println!(
-                    "usage: cargo xtask bench tomcat [--window SECONDS (10)] [--rounds N (3)] [--connections C (4)]"
+                    "usage: cargo xtask bench tomcat [--warm-up SECONDS (20)] [--window SECONDS (10)] [--rounds N (3)] [--connections C (4)]"
                 );
                 std::process::exit(0);
             }
@@ -52,10 +55,10 @@ fn parse_args(args: &[String]) -> Result<Args> {
 /// Seconds a recording starts before its window's load (attach), and ends after it.
 const ATTACH_LEAD: u64 = 2;
 
-/// One window of wrk load; requests per second.
-fn window_rate(tomcat: &Tomcat, args: &Args) -> Result<f64> {
+/// `seconds` of wrk load; requests per second.
+fn window_rate(tomcat: &Tomcat, args: &Args, seconds: u64) -> Result<f64> {
     let out = tomcat
-        .wrk(args.window, args.connections)
+        .wrk(seconds, args.connections)
         .map_err(|e| anyhow!(e))?
         .wait_with_output()?;
     let report = String::from_utf8_lossy(&out.stdout);
@@ -81,9 +84,11 @@ pub fn main(args: &[String]) -> Result<()> {
     let tomcat = Tomcat::start(java_home, &dir).map_err(|e| anyhow!(e))?;
     eprintln!(
         "bench tomcat: Tomcat (pid {}) on 127.0.0.1:{}; warming up for {} s",
-        tomcat.pid, tomcat.port, args.window
+        tomcat.pid, tomcat.port, args.warm_up
     );
-    window_rate(&tomcat, &args)?;
+    if args.warm_up > 0 {
+        window_rate(&tomcat, &args, args.warm_up)?;
+    }
 
     const MODES: [Option<u64>; 3] = [None, Some(99), Some(999)];
     let mut rates: [Vec<f64>; 3] = Default::default();
@@ -104,7 +109,7 @@ pub fn main(args: &[String]) -> Result<()> {
                 }
                 None => None,
             };
-            let rate = window_rate(&tomcat, &args)?;
+            let rate = window_rate(&tomcat, &args, args.window)?;
             if let Some(child) = recording {
                 let out = child.wait_with_output()?;
                 ensure!(
