@@ -23,6 +23,9 @@ enum Command {
         #[arg(short, long)]
         pid: u32,
     },
+    /// Print every thread's stack at one instant, like jstack, without attaching to the JVM or
+    /// waiting for a safepoint (works on a stuck JVM).
+    Dump(cmd::dump::DumpOptions),
     /// Sample a running JVM and write a flame graph, collapsed stacks, iprof, pprof or a raw
     /// recording.
     Record(cmd::record::RecordOptions),
@@ -55,6 +58,7 @@ fn main() {
                 .map_err(|e| Error::new(ErrorKind::Internal, e))
         }
         Command::Doctor { pid } => cmd::doctor::run(pid),
+        Command::Dump(opts) => cmd::dump::run(&opts),
         Command::Record(opts) => cmd::record::run(&opts),
         Command::Jitmap(opts) => cmd::jitmap::run(&opts),
         Command::Convert(opts) => cmd::convert::run(&opts),

@@ -113,10 +113,17 @@ impl WarmingSymbols {
         modules.sort_by_key(|m| m.name != "libjvm.so");
         let activity = Arc::new(std::sync::Mutex::new(String::new()));
         let status = activity.clone();
+        let own_nice = crate::native::symcache::own_nice();
         let thread = std::thread::spawn(move || {
-            // Below the thread that drains the ring buffers: they hold only ~50 ms of samples.
+            // Below the thread that drains the ring buffers: they hold only ~250 ms of samples.
             // SAFETY: setpriority on this thread's own tid has no memory effects.
-            unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
+            unsafe {
+                libc::setpriority(
+                    libc::PRIO_PROCESS,
+                    libc::gettid() as libc::id_t,
+                    (own_nice + 10).min(19),
+                )
+            };
             let mut symbols = NativeSymbolizer::new();
             for m in &modules {
                 symbols.prepare(m, &status);
@@ -187,11 +194,15 @@ impl Symbolizer {
             .filter(|(_, took)| *took >= Duration::from_millis(100))
             .map(|(name, took)| format!("{name} {:.1} s", took.as_secs_f64()))
             .collect();
+        let slow = if slow.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", slow.join(", "))
+        };
         format!(
-            "built the symbol caches of {} modules in {:.1} s ({}) in {dir}: the first use of these builds on this host, later runs reuse them",
+            "built the symbol caches of {} modules in {:.1} s{slow} in {dir}: the first use of these builds on this host, later runs reuse them",
             built.len(),
             total.as_secs_f64(),
-            slow.join(", ")
         )
     }
 

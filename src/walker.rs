@@ -68,15 +68,31 @@ fn above(base: u64, off: u64) -> Result<u64, Truncation> {
     base.checked_add(off).ok_or(Truncation::BadStack)
 }
 
-/// The sampled stack: the kernel's copy from `sp`, and the live stack above it (older frames are
-/// still there unless the thread has returned through them since), read a page at a time.
+/// Bytes at the end of the kernel's stack copy compared with the live stack before anything past
+/// the copy is read.
+const OVERLAP: usize = 64;
+
+/// The sampled stack: the kernel's copy from `sp`, and the live stack above it, read a page at a
+/// time. Older frames are still there unless the thread has since returned through them and
+/// called something else: then the end of the copy no longer matches the live stack, and nothing
+/// past the copy is read (the walk stops there rather than follow another call's frames).
 struct StackView<'a, M: TargetMemory> {
     sp: u64,
     bytes: &'a [u8],
     live: PageCachedMemory<M>,
+    live_matches: std::cell::OnceCell<bool>,
 }
 
-impl<M: TargetMemory> StackView<'_, M> {
+impl<'a, M: TargetMemory> StackView<'a, M> {
+    fn new(sp: u64, bytes: &'a [u8], mem: M) -> Self {
+        StackView {
+            sp,
+            bytes,
+            live: PageCachedMemory::new(mem),
+            live_matches: std::cell::OnceCell::new(),
+        }
+    }
+
     fn read(&self, addr: u64) -> Result<u64, ()> {
         let off = addr.checked_sub(self.sp).ok_or(())?;
         if off
@@ -86,7 +102,23 @@ impl<M: TargetMemory> StackView<'_, M> {
             let o = off as usize;
             return Ok(u64::from_le_bytes(self.bytes[o..o + 8].try_into().unwrap()));
         }
+        if !self.live_matches_copy() {
+            return Err(());
+        }
         self.live.read_u64(addr).map_err(|_| ())
+    }
+
+    /// Whether the live stack still ends the copy with the same bytes.
+    fn live_matches_copy(&self) -> bool {
+        *self.live_matches.get_or_init(|| {
+            let n = OVERLAP.min(self.bytes.len());
+            let tail = &self.bytes[self.bytes.len() - n..];
+            let mut live = [0u8; OVERLAP];
+            let Some(at) = self.sp.checked_add((self.bytes.len() - n) as u64) else {
+                return false;
+            };
+            self.live.read(at, &mut live[..n]).is_ok() && live[..n] == *tail
+        })
     }
 }
 
@@ -178,11 +210,7 @@ impl StackWalker {
             walk.truncated = Some(Truncation::NoUserRegs);
             return walk;
         }
-        let view = StackView {
-            sp: regs.sp,
-            bytes: stack,
-            live: PageCachedMemory::new(self.mem),
-        };
+        let view = StackView::new(regs.sp, stack, self.mem);
         let mut r = NativeRegs {
             pc: regs.ip,
             sp: regs.sp,
@@ -522,15 +550,45 @@ mod tests {
             pid: std::process::id(),
         };
         let bytes = [7u8; 16];
-        let view = StackView {
-            sp: 1,
-            bytes: &bytes,
-            live: PageCachedMemory::new(mem),
-        };
+        let view = StackView::new(1, &bytes, mem);
         assert_eq!(view.read(9), Ok(u64::from_le_bytes([7; 8])));
         assert!(view.read(u64::MAX - 3).is_err());
         assert!(view.read(0).is_err());
         assert_eq!(above(u64::MAX - 7, 8), Err(Truncation::BadStack));
         assert_eq!(above(0x1000, 8), Ok(0x1008));
+    }
+
+    /// Past the kernel's copy the live stack is read only while it still ends the copy with the
+    /// same bytes: a thread that returned through those frames and called something else has
+    /// other frames there.
+    #[test]
+    fn the_live_stack_is_read_past_the_copy_only_while_it_matches_the_copy() {
+        use crate::target::SnapshotMemory;
+        let sp = 0x10_000u64;
+        let stack: Vec<u8> = (0..512u32)
+            .flat_map(|w| u64::from(w).to_le_bytes())
+            .collect();
+        let copy = stack[..1024].to_vec();
+        let copy = &copy[..];
+        let live = |stack: Vec<u8>| {
+            let mut mem = SnapshotMemory::new();
+            mem.add(sp, stack);
+            mem
+        };
+        let beyond = sp + 2048;
+        let same = StackView::new(sp, copy, live(stack.clone()));
+        assert_eq!(same.read(sp + 8), Ok(1));
+        assert_eq!(same.read(beyond), Ok(256));
+
+        let mut returned = stack.clone();
+        returned[1000] ^= 0xff;
+        let changed = StackView::new(sp, copy, live(returned));
+        assert_eq!(changed.read(sp + 8), Ok(1), "the copy is read as it is");
+        assert_eq!(changed.read(beyond), Err(()));
+
+        let mut deeper_only = stack;
+        deeper_only[8] ^= 0xff;
+        let still = StackView::new(sp, copy, live(deeper_only));
+        assert_eq!(still.read(beyond), Ok(256), "the leaf's frames may change");
     }
 }

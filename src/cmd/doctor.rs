@@ -5,7 +5,7 @@ use crate::attach;
 use crate::error::{Error, ErrorKind, Result};
 use crate::hotspot::HotSpot;
 use crate::native::NativeUnwinder;
-use crate::sampler::SamplerConfig;
+use crate::sampler::{Host, SamplerConfig};
 use crate::target::TargetProcess;
 use std::fs;
 
@@ -47,13 +47,49 @@ fn own_capabilities() -> u64 {
         .unwrap_or(0)
 }
 
-const CAP_IPC_LOCK: u32 = 14;
 const CAP_SYS_PTRACE: u32 = 19;
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 
 fn has_cap(caps: u64, cap: u32) -> bool {
     caps & (1 << cap) != 0
+}
+
+/// Locked memory for ring buffers, one per thread, as the sampler would size them at the
+/// default -F and --stack-size within what the kernel lets us lock.
+fn ring_buffer_check(threads: usize) -> Check {
+    let budget = Host::current().budget();
+    let plan = SamplerConfig::default().ring_plan(threads, budget.clone());
+    let kib = |pages: usize| pages * plan.page_size / 1024;
+    let at_least = threads * (plan.min_pages + 1);
+    if budget.pages < at_least {
+        return check(
+            Verdict::Fail,
+            "locked memory",
+            format!(
+                "{threads} threads need at least {} KiB of ring buffers, but {} allows {} KiB \
+                 (fix: sysctl kernel.perf_event_mlock_kb={}, ulimit -l, or run as root)",
+                kib(at_least),
+                budget.source,
+                kib(budget.pages),
+                kib(at_least).div_ceil(Host::current().online_cpus),
+            ),
+        );
+    }
+    match plan.note(budget.pages, threads) {
+        Some(note) => check(Verdict::Warn, "locked memory", note),
+        None => check(
+            Verdict::Ok,
+            "locked memory",
+            format!(
+                "{threads} threads get ring buffers of {} KiB, {} KiB once busy, at the default -F \
+                 and --stack-size, within {}",
+                kib(plan.base_pages),
+                kib(plan.busy_pages),
+                budget.source
+            ),
+        ),
+    }
 }
 
 fn perf_checks(process: &TargetProcess, out: &mut Vec<Check>) {
@@ -75,33 +111,7 @@ fn perf_checks(process: &TargetProcess, out: &mut Vec<Check>) {
         ),
         Some(p) => check(Verdict::Ok, "perf events", format!("perf_event_paranoid is {p}{}", if privileged { " (and we have CAP_PERFMON/CAP_SYS_ADMIN)" } else { "" })),
     });
-    // Locked memory for ring buffers, one per thread. Without CAP_IPC_LOCK the kernel allows
-    // perf_event_mlock_kb per online CPU for the user, then RLIMIT_MEMLOCK for the process.
-    let threads = process.threads().len() as u64;
-    let per_thread_kib = SamplerConfig::default().ring_locked_bytes() as u64 / 1024;
-    let need_kib = threads * per_thread_kib;
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-    let mlock_kb: u64 = read_trimmed("/proc/sys/kernel/perf_event_mlock_kb")
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(516);
-    let rlimit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK)
-        .map(|(soft, _)| soft / 1024)
-        .unwrap_or(0);
-    let allowed_kib = mlock_kb.saturating_mul(cpus).saturating_add(rlimit);
-    let at_defaults = format!(
-        "{threads} threads need ~{need_kib} KiB of ring buffers at the default -F and --stack-size ({per_thread_kib} KiB each; more at higher -F)"
-    );
-    out.push(if has_cap(caps, CAP_IPC_LOCK) || nix::unistd::geteuid().is_root() {
-        check(Verdict::Ok, "locked memory", format!("{at_defaults}; CAP_IPC_LOCK lifts the limits"))
-    } else if allowed_kib < need_kib {
-        check(
-            Verdict::Fail,
-            "locked memory",
-            format!("{at_defaults} but perf_event_mlock_kb × {cpus} CPUs + RLIMIT_MEMLOCK allow {allowed_kib} KiB (fix: sysctl kernel.perf_event_mlock_kb={} or ulimit -l {need_kib})", need_kib.div_ceil(cpus)),
-        )
-    } else {
-        check(Verdict::Ok, "locked memory", format!("{at_defaults}, within the {allowed_kib} KiB allowed"))
-    });
+    out.push(ring_buffer_check(process.threads().len()));
     out.push(match read_trimmed("/proc/sys/kernel/kptr_restrict").as_deref() {
         Some("0") => check(Verdict::Ok, "kernel symbols", "kptr_restrict is 0"),
         Some(v) if nix::unistd::geteuid().is_root() && v == "1" => check(Verdict::Ok, "kernel symbols", "kptr_restrict is 1 (root can read them)"),

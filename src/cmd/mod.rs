@@ -3,6 +3,7 @@
 pub mod convert;
 pub mod diff;
 pub mod doctor;
+pub mod dump;
 pub mod jitmap;
 pub mod record;
 pub mod report;

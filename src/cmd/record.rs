@@ -26,9 +26,9 @@ pub struct RecordOptions {
         default_value_t = 99
     )]
     pub frequency_hz: u64,
-    /// Bytes of user stack copied per sample (multiple of 8, at most 65528); frames beyond it
-    /// are read from the live stack.
-    #[arg(long, default_value_t = 32768)]
+    /// Bytes of user stack the kernel copies per sample (multiple of 8, at most 65528); frames
+    /// beyond it are read from the live stack while it still matches the copy.
+    #[arg(long, default_value_t = crate::sampler::DEFAULT_STACK_SIZE)]
     pub stack_size: u32,
     /// Keep at most this many distinct stacks: past it, a new stack is cut after its longest
     /// known prefix and ends in a `[truncated: --max-stacks]` frame, so memory stays bounded
@@ -168,6 +168,9 @@ fn print_summary(opts: &RecordOptions, r: &Recording, naming_took: Duration) {
         r.debug_info_cpu.as_secs_f64(),
         r.symbol_caches
     );
+    if let Some(note) = r.ring_note.as_ref().filter(|_| r.stats.lost > 0) {
+        eprintln!("jvmperf: {note}");
+    }
     if !r.samples_kernel_time {
         eprintln!(
             "jvmperf: time the JVM spent in the kernel (system calls, page faults) was not sampled: \
@@ -221,10 +224,12 @@ fn status_line(
         )
     });
     format!(
-        "jvmperf: status elapsed_s={:.0} samples={} lost={} stacks={stacks} cut_samples={cut} rss_kib={} rss_peak_kib={} rss_anon_kib={} {shim}",
+        "jvmperf: status elapsed_s={:.0} samples={} lost={} ring_peak_fill_pct={} rings_grown={} stacks={stacks} cut_samples={cut} rss_kib={} rss_peak_kib={} rss_anon_kib={} {shim}",
         elapsed.as_secs_f64(),
         st.samples,
         st.lost,
+        st.peak_fill_percent,
+        st.rings_grown,
         kib("VmRSS:"),
         kib("VmHWM:"),
         kib("RssAnon:"),

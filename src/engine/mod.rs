@@ -91,6 +91,8 @@ pub struct Recording {
     pub symbol_caches: String,
     /// Samples cut at `max_stacks`.
     pub cut: u64,
+    /// Why the ring buffers are smaller than a busy thread needs, when they are.
+    pub ring_note: Option<String>,
     pub spill: Option<SampleSpill>,
     pub ended: Option<String>,
 }
@@ -310,6 +312,7 @@ impl Engine {
             debug_info_cpu: symbolizer.debug_info_cpu + crate::native::symcache::children_cpu(),
             symbol_caches: symbolizer.native_symbol_caches(),
             cut: named.cut,
+            ring_note: self.sampler.ring_note(),
             spill: named.spill.take(),
             ended: self.ended.take(),
         }

@@ -12,6 +12,7 @@ pub mod flags;
 pub mod frame;
 pub mod libjvm;
 pub mod method;
+pub mod threads;
 pub mod vmstructs;
 
 use crate::error::{Error, ErrorKind, Result};

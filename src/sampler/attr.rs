@@ -22,9 +22,9 @@ pub(super) fn sample_type(config: &SamplerConfig) -> u64 {
     u64::from(t)
 }
 
-/// Attributes for a per-thread CPU-clock sampling event, created disabled.
-/// `wakeup_bytes` is the fill level at which epoll reports the buffer readable.
-pub(super) fn event_attr(config: &SamplerConfig, wakeup_bytes: u32) -> sys::perf_event_attr {
+/// Attributes for a per-thread CPU-clock sampling event, created disabled. The fill level at
+/// which epoll reports the buffer readable is set per event by [`open_thread`].
+pub(super) fn event_attr(config: &SamplerConfig) -> sys::perf_event_attr {
     let mut attr = sys::perf_event_attr {
         type_: sys::PERF_TYPE_SOFTWARE,
         size: std::mem::size_of::<sys::perf_event_attr>() as u32,
@@ -36,7 +36,9 @@ pub(super) fn event_attr(config: &SamplerConfig, wakeup_bytes: u32) -> sys::perf
         ..Default::default()
     };
     attr.sample_freq = config.frequency_hz;
-    attr.wakeup_watermark = wakeup_bytes;
+    // read() gives the samples the kernel dropped for a full buffer (Linux ≥ 6.0), including
+    // those no LOST record reports yet: see `Sampler::count_unreported_lost`.
+    attr.read_format = u64::from(sys::PERF_FORMAT_LOST);
     attr.set_freq(1);
     attr.set_watermark(1);
     attr.set_disabled(1);
@@ -66,9 +68,61 @@ pub(super) fn retry_without_kernel(attr: &mut sys::perf_event_attr, e: &io::Erro
     true
 }
 
-/// Opens the event on thread `tid` (any CPU). `Ok(None)`: the thread no longer exists.
-pub(super) fn open_thread(attr: &sys::perf_event_attr, tid: u32) -> io::Result<Option<OwnedFd>> {
+/// Whether a failed open may succeed without the lost-sample count in `read_format`, which
+/// kernels before 6.0 reject.
+pub(super) fn retry_without_lost_count(attr: &mut sys::perf_event_attr, e: &io::Error) -> bool {
+    let lost = u64::from(sys::PERF_FORMAT_LOST);
+    if e.raw_os_error() != Some(libc::EINVAL) || attr.read_format & lost == 0 {
+        return false;
+    }
+    attr.read_format &= !lost;
+    true
+}
+
+/// Whether read() on events opened with `attr` gives their lost-sample count.
+pub(super) fn counts_lost(attr: &sys::perf_event_attr) -> bool {
+    attr.read_format & u64::from(sys::PERF_FORMAT_LOST) != 0
+}
+
+/// Samples the event dropped for a full buffer so far (its `PERF_FORMAT_LOST` count).
+pub(super) fn read_lost(fd: &OwnedFd) -> io::Result<u64> {
+    // read_format LOST alone: { u64 value; u64 lost; }.
+    let mut values = [0u64; 2];
+    // SAFETY: `values` is 16 writable bytes, the size of what the kernel writes for this format.
+    let n = unsafe { libc::read(fd.as_raw_fd(), values.as_mut_ptr().cast(), 16) };
+    if n != 16 {
+        return Err(if n < 0 {
+            io::Error::last_os_error()
+        } else {
+            io::Error::from(io::ErrorKind::UnexpectedEof)
+        });
+    }
+    Ok(values[1])
+}
+
+/// Opens the event on thread `tid` (any CPU), which epoll reports readable once its buffer
+/// holds `wakeup_bytes`, dropping from `attr` what the kernel or `perf_event_paranoid` does not
+/// allow. `Ok(None)`: the thread no longer exists.
+pub(super) fn open_thread(
+    attr: &mut sys::perf_event_attr,
+    wakeup_bytes: usize,
+    tid: u32,
+) -> io::Result<Option<OwnedFd>> {
+    loop {
+        match open_once(attr, wakeup_bytes, tid) {
+            Err(e) if retry_without_lost_count(attr, &e) || retry_without_kernel(attr, &e) => {}
+            other => return other,
+        }
+    }
+}
+
+fn open_once(
+    attr: &sys::perf_event_attr,
+    wakeup_bytes: usize,
+    tid: u32,
+) -> io::Result<Option<OwnedFd>> {
     let mut attr = *attr;
+    attr.wakeup_watermark = u32::try_from(wakeup_bytes).unwrap_or(u32::MAX);
     let pid = libc::pid_t::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH));
     // SAFETY: `attr` is a fully initialised perf_event_attr that the kernel may write back to.
     let fd = unsafe {
@@ -107,7 +161,7 @@ pub(super) fn set_enabled(fd: &OwnedFd, enabled: bool) -> io::Result<()> {
     }
 }
 
-fn read_sysctl(name: &str) -> Option<i64> {
+pub(super) fn read_sysctl(name: &str) -> Option<i64> {
     std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
         .ok()?
         .trim()

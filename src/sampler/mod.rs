@@ -4,11 +4,13 @@
 //! callchain. They are handed out borrowed from the ring buffer, without copying.
 
 mod attr;
+mod budget;
 mod record;
 mod ring;
 #[cfg(test)]
 mod tests;
 
+pub use budget::{Budget, Host, RingPlan};
 pub use record::{Regs, Sample};
 
 use crate::error::{err, Error, ErrorKind, Result};
@@ -24,17 +26,24 @@ use std::time::Duration;
 /// Largest `sample_stack_user` the kernel accepts (a multiple of 8 below `USHRT_MAX`).
 pub const MAX_STACK_SIZE: u32 = 65528;
 
+/// Bytes of user stack the kernel copies per sample by default. The copy is made in the sampled
+/// thread's own time, so it is a cost to the target: 32 KiB instead of 8 KiB cost a busy JVM
+/// ~2.5 µs more per sample (`cargo xtask bench record`). Frames past the copy are read from the
+/// live stack while it still matches the copy's end (see `walker::StackView`). Measured on JDK
+/// 17: a Java thread's base (TLS, thread start, call stub) takes about 7 KiB and each level of a
+/// JIT-compiled call chain about 180 bytes, so most walks read their outer frames live.
+pub const DEFAULT_STACK_SIZE: u32 = 8192;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SamplerConfig {
     /// Samples per second of CPU time, per thread.
     pub frequency_hz: u64,
     /// Bytes of user stack copied from the sampled SP (multiple of 8, at most [`MAX_STACK_SIZE`]).
-    /// Stacks deeper than this lose their outermost frames.
     pub stack_size: u32,
     /// Also record the kernel callchain (needs `perf_event_paranoid` ≤ 1 or CAP_PERFMON).
     pub kernel_callchain: bool,
     /// Data pages per thread's ring buffer (rounded up to a power of two); `None` sizes it from
-    /// the frequency and the stack size.
+    /// the frequency, the stack size and the locked-memory budget (see [`RingPlan`]).
     pub ring_pages: Option<usize>,
 }
 
@@ -42,10 +51,7 @@ impl Default for SamplerConfig {
     fn default() -> Self {
         SamplerConfig {
             frequency_hz: 99,
-            // Measured on JDK 17: a Java thread's base (TLS, thread start, call stub) takes about
-            // 7 KiB and each level of a JIT-compiled Java call chain about 180 bytes, so 32 KiB
-            // reaches the thread's base for about 140 levels (16 KiB: about 50).
-            stack_size: 32768,
+            stack_size: DEFAULT_STACK_SIZE,
             kernel_callchain: false,
             ring_pages: None,
         }
@@ -84,9 +90,30 @@ impl SamplerConfig {
         Ok(())
     }
 
-    /// Locked memory one thread's ring buffer takes: its data pages and the header page.
-    pub fn ring_locked_bytes(&self) -> usize {
-        (self.data_pages() + 1) * ring::page_size()
+    /// Ring sizes for `threads` threads (and some to come) within `budget`.
+    pub fn ring_plan(&self, threads: usize, budget: Budget) -> RingPlan {
+        let available = budget::available(&budget);
+        self.ring_plan_with(threads, budget, available)
+    }
+
+    fn ring_plan_with(&self, threads: usize, budget: Budget, available: usize) -> RingPlan {
+        let page = ring::page_size();
+        let mut plan = RingPlan::new(
+            self.max_record_bytes(),
+            self.frequency_hz,
+            page,
+            threads,
+            budget,
+            available,
+        );
+        if let Some(pages) = self.ring_pages {
+            let pages = pages.max(1).next_power_of_two();
+            plan.busy_pages = pages;
+            plan.wanted_base_pages = pages;
+            plan.base_pages = pages;
+            plan.min_pages = pages;
+        }
+        plan
     }
 
     /// The largest sample record these settings produce.
@@ -98,23 +125,6 @@ impl SamplerConfig {
             bytes += 8 * (1 + 128);
         }
         bytes
-    }
-
-    fn data_pages(&self) -> usize {
-        if let Some(pages) = self.ring_pages {
-            return pages.max(1).next_power_of_two();
-        }
-        const MIN_PAGES: usize = 8;
-        const MAX_PAGES: usize = 512;
-        // A running thread produces `frequency_hz` samples per second: hold at least 50 ms of them
-        // and at least 4 records, so that the wakeup at a quarter full leaves headroom. Every
-        // thread gets a buffer, busy or not, hence no more.
-        let record = self.max_record_bytes();
-        let rate = usize::try_from(self.frequency_hz).unwrap_or(usize::MAX);
-        let want = (record.saturating_mul(rate) / 20).max(4 * record);
-        want.div_ceil(ring::page_size())
-            .next_power_of_two()
-            .clamp(MIN_PAGES, MAX_PAGES)
     }
 }
 
@@ -161,7 +171,9 @@ pub fn parse_record<'a>(
 pub struct SamplerStats {
     /// Samples handed to the sink.
     pub samples: u64,
-    /// Samples the kernel dropped because a ring buffer was full (sum of LOST records).
+    /// Samples the kernel dropped because a ring buffer was full: the sum of LOST records, and
+    /// for events disabled or closed since, the drops no LOST record reported (the kernel
+    /// writes one only with the next record that fits).
     pub lost: u64,
     /// THROTTLE records: the kernel lowered the rate (`perf_event_max_sample_rate`).
     pub throttled: u64,
@@ -174,21 +186,51 @@ pub struct SamplerStats {
     pub threads_exited: u64,
     /// Bytes of records read from the ring buffers.
     pub bytes: u64,
+    /// Threads whose ring buffer was enlarged because the drain found them busy.
+    pub rings_grown: u64,
+    /// The fullest a ring buffer was found when drained, in percent of its size: how close the
+    /// sampler came to losing samples (100: it did, or nearly).
+    pub peak_fill_percent: u8,
     /// Malformed records (and stretches of a ring buffer skipped because of them).
     pub malformed: u64,
 }
 
 struct ThreadEvent {
-    // Declared before `fd`: unmap before closing.
+    // Declared before `fd`: unmap before closing (and only then give back the locked pages).
     ring: RingBuffer,
+    _locked: budget::Locked,
     fd: OwnedFd,
+    /// Data pages of `ring`.
+    pages: usize,
+    /// Found busy, but the budget had no room for a larger ring.
+    no_room: bool,
+    /// Samples its LOST records reported, and those counted in [`SamplerStats::lost`] (more
+    /// when the kernel's count was read before a LOST record came).
+    lost_records: u64,
+    lost_counted: u64,
+}
+
+impl ThreadEvent {
+    /// Counts in `stats` the samples the event dropped that no LOST record reported yet (none
+    /// will while it is disabled or after its thread exited).
+    fn count_unreported_lost(&mut self, counts_lost: bool, stats: &mut SamplerStats) {
+        if !counts_lost {
+            return;
+        }
+        if let Ok(total) = attr::read_lost(&self.fd) {
+            if total > self.lost_counted {
+                stats.lost += total - self.lost_counted;
+                self.lost_counted = total;
+            }
+        }
+    }
 }
 
 pub struct Sampler {
     pid: u32,
     config: SamplerConfig,
     attr: perf_event_attr,
-    data_pages: usize,
+    plan: RingPlan,
     enabled: bool,
     epoll: Epoll,
     threads: HashMap<u32, ThreadEvent>,
@@ -200,6 +242,7 @@ pub struct Sampler {
     kernel_ips: Vec<u64>,
     events: Vec<EpollEvent>,
     hung_up: Vec<u32>,
+    busy: Vec<u32>,
 }
 
 impl Sampler {
@@ -214,13 +257,12 @@ impl Sampler {
         })?;
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
             .map_err(|e| Error::new(ErrorKind::Internal, format!("epoll_create1: {e}")))?;
-        let data_pages = config.data_pages();
-        let wakeup_bytes = u32::try_from(data_pages * ring::page_size() / 4).unwrap_or(u32::MAX);
+        let plan = config.ring_plan(tids.len(), Host::current().budget());
         let mut sampler = Sampler {
             pid,
             config: config.clone(),
-            attr: attr::event_attr(config, wakeup_bytes),
-            data_pages,
+            attr: attr::event_attr(config),
+            plan,
             enabled: true,
             epoll,
             threads: HashMap::new(),
@@ -231,6 +273,7 @@ impl Sampler {
             kernel_ips: Vec::new(),
             events: vec![EpollEvent::empty(); 64],
             hung_up: Vec::new(),
+            busy: Vec::new(),
         };
         for tid in tids {
             sampler.add_thread(tid)?;
@@ -254,9 +297,29 @@ impl Sampler {
         self.attr.exclude_kernel() == 0
     }
 
-    /// Bytes of one thread's ring buffer (data pages only).
+    /// Bytes of a new thread's ring buffer (data pages only) as planned; threads past the plan
+    /// may get smaller ones when the budget runs short, busy threads larger ones.
     pub fn ring_buffer_bytes(&self) -> usize {
-        self.data_pages * ring::page_size()
+        self.plan.base_pages * self.plan.page_size
+    }
+
+    /// Bytes of thread `tid`'s ring buffer now (data pages only).
+    pub fn thread_ring_bytes(&self, tid: u32) -> Option<usize> {
+        self.threads
+            .get(&tid)
+            .map(|event| event.pages * self.plan.page_size)
+    }
+
+    /// How the ring buffers were sized.
+    pub fn ring_plan(&self) -> &RingPlan {
+        &self.plan
+    }
+
+    /// One line saying that the ring buffers are smaller than a busy thread needs, and why;
+    /// `None` when they are as large as wanted.
+    pub fn ring_note(&self) -> Option<String> {
+        self.plan
+            .note(budget::available(&self.plan.budget), self.threads.len())
     }
 
     /// Threads with an open event, in no particular order.
@@ -288,29 +351,122 @@ impl Sampler {
     }
 
     fn open_thread(&mut self, tid: u32) -> Result<Option<ThreadEvent>> {
-        let opened = match attr::open_thread(&self.attr, tid) {
-            Err(e) if attr::retry_without_kernel(&mut self.attr, &e) => {
-                attr::open_thread(&self.attr, tid)
-            }
-            other => other,
-        };
-        let Some(fd) = opened.map_err(|e| attr::open_error(&e, tid, &self.config))? else {
+        let pages = self
+            .plan
+            .pages_for_new(budget::available(&self.plan.budget));
+        let Some(event) = self.open_event(tid, pages, self.plan.min_pages, false)? else {
             return Ok(None);
         };
-        let ring = RingBuffer::map(&fd, self.data_pages)
-            .map_err(|e| attr::mmap_error(&e, tid, self.ring_buffer_bytes()))?;
-        self.epoll
-            .add(&fd, EpollEvent::new(EpollFlags::EPOLLIN, u64::from(tid)))
-            .map_err(|e| Error::new(ErrorKind::Internal, format!("epoll_ctl: {e}")))?;
         if self.enabled {
-            attr::set_enabled(&fd, true).map_err(|e| {
+            attr::set_enabled(&event.fd, true).map_err(|e| {
                 Error::new(
                     ErrorKind::Sampling,
                     format!("cannot enable the perf event of thread {tid}: {e}"),
                 )
             })?;
         }
-        Ok(Some(ThreadEvent { ring, fd }))
+        Ok(Some(event))
+    }
+
+    /// Opens thread `tid`'s event, disabled, with a ring of `pages` data pages, or of fewer,
+    /// down to `min_pages`, when the kernel refuses them (other perf buffers of the user share
+    /// its limit); later rings are then planned no larger. `Ok(None)`: the thread is gone.
+    fn open_event(
+        &mut self,
+        tid: u32,
+        wanted: usize,
+        min_pages: usize,
+        busy: bool,
+    ) -> Result<Option<ThreadEvent>> {
+        let mut pages = wanted;
+        let (fd, ring) = loop {
+            // Epoll reports the buffer readable once a quarter full.
+            let wakeup = pages * self.plan.page_size / 4;
+            let opened = attr::open_thread(&mut self.attr, wakeup, tid);
+            let Some(fd) = opened.map_err(|e| attr::open_error(&e, tid, &self.config))? else {
+                return Ok(None);
+            };
+            match RingBuffer::map(&fd, pages) {
+                Ok(ring) => break (fd, ring),
+                Err(e)
+                    if pages > min_pages
+                        && matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOMEM)) =>
+                {
+                    pages /= 2;
+                }
+                Err(e) => return Err(attr::mmap_error(&e, tid, pages * self.plan.page_size)),
+            }
+        };
+        self.plan.mapped(pages, wanted, busy);
+        let locked = budget::Locked::new(pages);
+        self.epoll
+            .add(&fd, EpollEvent::new(EpollFlags::EPOLLIN, u64::from(tid)))
+            .map_err(|e| Error::new(ErrorKind::Internal, format!("epoll_ctl: {e}")))?;
+        Ok(Some(ThreadEvent {
+            ring,
+            _locked: locked,
+            fd,
+            pages,
+            no_room: false,
+            lost_records: 0,
+            lost_counted: 0,
+        }))
+    }
+
+    /// Moves busy thread `tid` to a larger ring, if the budget has room: its samples go to the
+    /// new ring from the moment the old one is disabled, and what the old one holds is drained
+    /// to `sink` before it is closed, so the thread's samples stay in order.
+    fn grow(&mut self, tid: u32, sink: &mut dyn FnMut(&Sample<'_>)) {
+        let Some(current) = self.threads.get(&tid).map(|event| event.pages) else {
+            return;
+        };
+        let available = budget::available(&self.plan.budget);
+        let pages = self
+            .plan
+            .pages_for_busy(current, available, self.threads.len());
+        let grown = if pages > current {
+            self.open_event(tid, pages, current * 2, true)
+        } else {
+            Ok(None)
+        };
+        let new = match grown {
+            Ok(Some(new)) => new,
+            Ok(None) => {
+                if let Some(event) = self.threads.get_mut(&tid) {
+                    event.no_room = true;
+                }
+                return;
+            }
+            Err(_) => {
+                // The kernel refused even twice the ring: busy rings stay this size.
+                self.plan.mapped(current, pages, true);
+                if let Some(event) = self.threads.get_mut(&tid) {
+                    event.no_room = true;
+                }
+                return;
+            }
+        };
+        let Some(mut old) = self.threads.insert(tid, new) else {
+            return;
+        };
+        // Disabling returns once the event can no longer write (an IPI to the thread's CPU).
+        let _ = attr::set_enabled(&old.fd, false);
+        if self.enabled {
+            if let Some(new) = self.threads.get(&tid) {
+                let _ = attr::set_enabled(&new.fd, true);
+            }
+        }
+        drain_ring(
+            &mut old,
+            self.config.kernel_callchain,
+            &mut self.scratch,
+            &mut self.kernel_ips,
+            &mut self.stats,
+            sink,
+        );
+        old.count_unreported_lost(attr::counts_lost(&self.attr), &mut self.stats);
+        let _ = self.epoll.delete(&old.fd);
+        self.stats.rings_grown += 1;
     }
 
     /// Opens events for threads that appeared since the last scan; returns how many were added.
@@ -355,7 +511,8 @@ impl Sampler {
         self.drain(sink);
         let hung_up = std::mem::take(&mut self.hung_up);
         for tid in &hung_up {
-            if let Some(event) = self.threads.remove(tid) {
+            if let Some(mut event) = self.threads.remove(tid) {
+                event.count_unreported_lost(attr::counts_lost(&self.attr), &mut self.stats);
                 let _ = self.epoll.delete(&event.fd);
                 self.stats.threads_exited += 1;
             }
@@ -366,31 +523,46 @@ impl Sampler {
 
     /// Reads every ring buffer once, up to the head seen when starting on it.
     fn drain(&mut self, sink: &mut dyn FnMut(&Sample<'_>)) {
-        let has_callchain = self.config.kernel_callchain;
+        let counts_lost = attr::counts_lost(&self.attr);
         let Sampler {
+            config,
             threads,
             scratch,
             kernel_ips,
             stats,
+            busy,
+            enabled,
             ..
         } = self;
-        for event in threads.values() {
-            let drained = event.ring.drain(scratch, |bytes| {
-                match parse_record(bytes, has_callchain, kernel_ips) {
-                    Some(ParsedRecord::Sample(sample)) => {
-                        stats.samples += 1;
-                        sink(&sample);
-                    }
-                    Some(ParsedRecord::Lost(n)) => stats.lost += n,
-                    Some(ParsedRecord::Throttle) => stats.throttled += 1,
-                    Some(ParsedRecord::Unthrottle) => stats.unthrottled += 1,
-                    Some(ParsedRecord::Other) => {}
-                    None => stats.malformed += 1,
-                }
-            });
-            stats.bytes += drained.bytes;
-            stats.malformed += u64::from(drained.resynced);
+        busy.clear();
+        for (tid, event) in threads.iter_mut() {
+            let (fill, lost) = drain_ring(
+                event,
+                config.kernel_callchain,
+                scratch,
+                kernel_ips,
+                stats,
+                sink,
+            );
+            if !*enabled {
+                // Drained while disabled: all the event will ever report is known.
+                event.count_unreported_lost(counts_lost, stats);
+            } else if !event.no_room && (4 * fill >= event.ring.data_size() || lost) {
+                // A quarter full since the last drain, or overflowing: the thread is busy.
+                busy.push(*tid);
+            }
         }
+        let busy = std::mem::take(&mut self.busy);
+        for &tid in &busy {
+            if self
+                .threads
+                .get(&tid)
+                .is_some_and(|event| event.pages < self.plan.busy_pages)
+            {
+                self.grow(tid, sink);
+            }
+        }
+        self.busy = busy;
     }
 
     pub fn stats(&self) -> SamplerStats {
@@ -418,6 +590,46 @@ impl Sampler {
             let _ = attr::set_enabled(&event.fd, enabled);
         }
     }
+}
+
+/// Reads one thread's ring buffer up to the head seen when starting on it. Returns how many
+/// bytes it held then and whether it reported lost samples.
+fn drain_ring(
+    event: &mut ThreadEvent,
+    has_callchain: bool,
+    scratch: &mut Vec<u8>,
+    kernel_ips: &mut Vec<u64>,
+    stats: &mut SamplerStats,
+    sink: &mut dyn FnMut(&Sample<'_>),
+) -> (usize, bool) {
+    let mut lost = 0;
+    let drained = event.ring.drain(scratch, |bytes| {
+        match parse_record(bytes, has_callchain, kernel_ips) {
+            Some(ParsedRecord::Sample(sample)) => {
+                stats.samples += 1;
+                sink(&sample);
+            }
+            Some(ParsedRecord::Lost(n)) => lost += n,
+            Some(ParsedRecord::Throttle) => stats.throttled += 1,
+            Some(ParsedRecord::Unthrottle) => stats.unthrottled += 1,
+            Some(ParsedRecord::Other) => {}
+            None => stats.malformed += 1,
+        }
+    });
+    event.lost_records += lost;
+    if event.lost_records > event.lost_counted {
+        stats.lost += event.lost_records - event.lost_counted;
+        event.lost_counted = event.lost_records;
+    }
+    stats.bytes += drained.bytes;
+    stats.malformed += u64::from(drained.resynced);
+    let size = event.ring.data_size();
+    let fill = usize::try_from(drained.fill)
+        .unwrap_or(usize::MAX)
+        .min(size);
+    let percent = u8::try_from(fill * 100 / size).unwrap_or(100);
+    stats.peak_fill_percent = stats.peak_fill_percent.max(percent);
+    (fill, lost > 0)
 }
 
 /// Thread ids in `/proc/<pid>/task`, sorted.

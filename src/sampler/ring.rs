@@ -22,6 +22,8 @@ pub(super) struct RingBuffer {
 pub(super) struct Drained {
     pub records: u64,
     pub bytes: u64,
+    /// Bytes in the buffer when the drain began.
+    pub fill: u64,
     /// The buffer held something no valid record stream could (a bad size or head); the rest
     /// of it was skipped.
     pub resynced: bool,
@@ -70,7 +72,6 @@ impl RingBuffer {
         }
     }
 
-    #[cfg(test)]
     pub fn data_size(&self) -> usize {
         self.data_size
     }
@@ -119,7 +120,10 @@ impl RingBuffer {
         let head = self.head().load(Ordering::Acquire);
         // Only we write the tail.
         let mut tail = self.tail().load(Ordering::Relaxed);
-        let mut out = Drained::default();
+        let mut out = Drained {
+            fill: head.wrapping_sub(tail),
+            ..Drained::default()
+        };
         if head.wrapping_sub(tail) > self.data_size as u64 {
             out.resynced = true;
             self.tail().store(head, Ordering::Release);

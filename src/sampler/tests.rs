@@ -338,15 +338,328 @@ fn bad_configs_and_missing_processes_are_reported() {
     assert_eq!(gone.kind, ErrorKind::NoProcess);
 }
 
+fn plan(hz: u64, stack: u32, threads: usize, budget: Budget) -> RingPlan {
+    let available = budget.pages;
+    config(hz, stack).ring_plan_with(threads, budget, available)
+}
+
+fn kib(plan: &RingPlan, pages: usize) -> usize {
+    pages * plan.page_size / 1024
+}
+
 #[test]
 fn ring_sizes_follow_rate_and_stack_size() {
-    let pages = |hz, stack| config(hz, stack).data_pages() * ring::page_size() / 1024;
-    assert_eq!(pages(99, 16384), 128);
-    assert_eq!(pages(99, 32768), 256);
-    assert_eq!(pages(999, 8192), 512);
-    assert_eq!(pages(99, 65528), 512);
-    assert_eq!(pages(5000, 16384), 2048);
-    assert_eq!(pages(1, 0), 32);
+    // (Hz, stack) → (KiB of a new thread's ring, KiB of a busy thread's ring).
+    let sizes = |hz, stack| {
+        let p = plan(hz, stack, 20, Budget::unlimited());
+        (kib(&p, p.base_pages), kib(&p, p.busy_pages))
+    };
+    assert_eq!(sizes(99, 32768), (256, 1024));
+    assert_eq!(sizes(999, 32768), (2048, 8192));
+    assert_eq!(sizes(999, 8192), (512, 2048));
+    assert_eq!(sizes(99, 65528), (512, 2048));
+    // Capped: 16 MiB is ~100 ms at 5 kHz with 32 KiB stacks.
+    assert_eq!(sizes(4999, 32768), (2048, 16384));
+    assert_eq!(sizes(1, 0), (4, 4));
+    for (hz, stack) in [(99, 32768), (999, 32768), (999, 8192), (99, 0), (499, 1024)] {
+        let p = plan(hz, stack, 20, Budget::unlimited());
+        assert!(
+            p.hold_ms(p.busy_pages) >= budget::BUSY_HOLD_MS,
+            "{hz} Hz, {stack}: {p:?}"
+        );
+        assert!(p.hold_ms(p.base_pages) >= budget::BASE_HOLD_MS, "{p:?}");
+        assert_eq!(p.note(usize::MAX, 20), None);
+    }
+    // Kernel callchains make records larger.
+    let with_kernel = SamplerConfig {
+        kernel_callchain: true,
+        ..config(999, 8192)
+    }
+    .ring_plan_with(1, Budget::unlimited(), usize::MAX);
+    assert_eq!(kib(&with_kernel, with_kernel.busy_pages), 4096);
+    // An explicit size is taken as it is, for every ring.
+    let fixed = SamplerConfig {
+        ring_pages: Some(3),
+        ..config(999, 32768)
+    }
+    .ring_plan_with(20, Budget::unlimited(), usize::MAX);
+    assert_eq!((fixed.base_pages, fixed.busy_pages), (4, 4));
+}
+
+/// A 2-CPU host with the kernel's default perf_event_mlock_kb and an 8 MiB RLIMIT_MEMLOCK.
+fn unprivileged_host() -> Host {
+    Host {
+        page_size: 4096,
+        perf_event_mlock_kb: 516,
+        online_cpus: 2,
+        rlimit_memlock: 8 << 20,
+        pinned_pages: 0,
+        cap_ipc_lock: false,
+        perf_event_paranoid: 2,
+        mem_available: Some(16 << 30),
+    }
+}
+
+#[test]
+fn the_budget_is_what_the_kernel_lets_us_lock() {
+    let host = unprivileged_host();
+    let budget = host.budget();
+    // 516 KiB per CPU for the user, then RLIMIT_MEMLOCK.
+    assert_eq!(budget.pages, 129 * 2 + 2048);
+    assert!(budget.kernel_limited);
+    assert!(budget.source.contains("perf_event_mlock_kb=516 × 2 CPUs"));
+    assert!(budget.source.contains("RLIMIT_MEMLOCK 8192 KiB"));
+    // Pages the process pinned already count against RLIMIT_MEMLOCK.
+    let pinned = Host {
+        pinned_pages: 48,
+        ..host
+    };
+    assert_eq!(pinned.budget().pages, 258 + 2000);
+    let unlimited_rlimit = Host {
+        rlimit_memlock: u64::MAX,
+        ..host
+    };
+    assert!(unlimited_rlimit.budget().pages > 1 << 40);
+    // CAP_IPC_LOCK (root) and perf_event_paranoid -1 lift the kernel's limits: our own
+    // ceiling is 256 MiB, or 1/32 of the available memory on a small host.
+    for privileged in [
+        Host {
+            cap_ipc_lock: true,
+            ..host
+        },
+        Host {
+            perf_event_paranoid: -1,
+            ..host
+        },
+    ] {
+        let budget = privileged.budget();
+        assert_eq!(budget.pages, 65536, "{budget:?}");
+        assert!(!budget.kernel_limited);
+    }
+    let small = Host {
+        cap_ipc_lock: true,
+        mem_available: Some(2 << 30),
+        ..host
+    };
+    assert_eq!(small.budget().pages, (64 << 20) / 4096);
+}
+
+#[test]
+fn rings_shrink_to_the_budget_and_say_why() {
+    let budget = unprivileged_host().budget();
+    let total = budget.pages;
+    // 22 threads at 999 Hz with 32 KiB stacks want 2 MiB each to begin with, 8 MiB when busy;
+    // half of the 9 MiB budget is shared by 22 + 5 planned threads: 128 KiB each.
+    let p = plan(999, 32768, 22, budget);
+    assert_eq!(p.threads, 27);
+    assert_eq!(kib(&p, p.base_pages), 128);
+    assert!(p.threads * (p.base_pages + 1) <= total / 2);
+    let mut available = total - 22 * (p.base_pages + 1);
+    // Busy threads grow into the other half, each into at most half of what is left.
+    let first = p.pages_for_busy(p.base_pages, available, 22);
+    assert_eq!(kib(&p, first), 2048);
+    available -= first + 1;
+    let second = p.pages_for_busy(p.base_pages, available, 22);
+    assert_eq!(kib(&p, second), 1024);
+    // Nothing left: the ring stays as it is.
+    assert_eq!(p.pages_for_busy(p.base_pages, 100, 22), p.base_pages);
+    let note = p.note(total - 22 * (p.base_pages + 1), 22).expect("a note");
+    for part in [
+        "2048 KiB for a busy thread",
+        "128 KiB for the others",
+        "63 and 3 ms",
+        "at 999 Hz",
+        "perf_event_mlock_kb=516",
+        "~27 threads",
+        "ulimit -l",
+    ] {
+        assert!(note.contains(part), "{part:?} not in {note}");
+    }
+    assert!(!note.contains('\n'));
+    // At 99 Hz the same budget leaves room for busy rings as large as wanted.
+    let p = plan(99, 32768, 22, unprivileged_host().budget());
+    let available = total - 22 * (p.base_pages + 1);
+    assert_eq!(p.pages_for_busy(p.base_pages, available, 22), p.busy_pages);
+}
+
+#[test]
+fn threads_past_the_plan_get_smaller_rings_not_none() {
+    let budget = unprivileged_host().budget();
+    let mut p = plan(99, 32768, 20, budget.clone());
+    let mut available = budget.pages;
+    let mut sizes = Vec::new();
+    for _ in 0..200 {
+        let pages = p.pages_for_new(available);
+        if pages + 1 > available {
+            break;
+        }
+        p.mapped(pages, pages, false);
+        available -= pages + 1;
+        sizes.push(pages);
+    }
+    // The planned threads (and more: busy rings have half the budget) get the base size, the
+    // next ones smaller and smaller rings, down to two records.
+    assert!(sizes[..p.threads].iter().all(|&s| s == p.base_pages));
+    assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "{sizes:?}");
+    assert_eq!(*sizes.last().unwrap(), p.min_pages);
+    assert!(p.min_pages * p.page_size >= 2 * (32768 + 200));
+    assert!(sizes.len() > p.threads + 10, "{} rings", sizes.len());
+    let note = p.note(available, sizes.len()).expect("a note");
+    assert!(note.contains("128 KiB for the others"), "{note}");
+}
+
+#[test]
+fn a_refused_ring_caps_later_ones() {
+    let mut p = plan(999, 32768, 4, unprivileged_host().budget());
+    assert!(!p.refused);
+    // The kernel took only 256 KiB where the plan asked for more.
+    p.mapped(64, p.base_pages, false);
+    assert!(p.refused);
+    assert_eq!(p.pages_for_new(usize::MAX), 64);
+    let note = p.note(usize::MAX, 4).expect("a note");
+    assert!(note.contains("refused"), "{note}");
+}
+
+const SPIN_CHILD_ENV: &str = "JVMPERF_TEST_SPIN_CHILD";
+
+fn thread_cpu_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).unwrap();
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+/// Not a test: the child process of [`a_busy_thread_gets_a_large_ring_and_loses_nothing`]
+/// (this test binary, run again). Prints `ready <tid>`, then for each line of stdin spins for
+/// that many milliseconds of its own CPU time and prints `spun`.
+#[test]
+#[ignore]
+fn spin_child() {
+    use std::io::{BufRead, Write};
+    if std::env::var_os(SPIN_CHILD_ENV).is_none() {
+        return;
+    }
+    let mut out = std::io::stdout().lock();
+    // SAFETY: gettid has no preconditions.
+    writeln!(out, "ready {}", unsafe { libc::gettid() }).unwrap();
+    out.flush().unwrap();
+    for line in std::io::stdin().lock().lines() {
+        let ms: u64 = line.unwrap().trim().parse().unwrap();
+        let start = thread_cpu_ns();
+        let mut x = 0u64;
+        while thread_cpu_ns() - start < ms * 1_000_000 {
+            for _ in 0..1000 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+        }
+        writeln!(out, "spun").unwrap();
+        out.flush().unwrap();
+    }
+}
+
+/// A child that burns exactly the CPU time asked of it, then idles: what it makes between two
+/// drains is known without timing anything.
+struct SpinChild {
+    child: Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    tid: u32,
+}
+
+impl SpinChild {
+    fn start() -> SpinChild {
+        use std::io::BufRead;
+        use std::process::Stdio;
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "sampler::tests::spin_child", "--ignored"])
+            .args(["--nocapture", "--test-threads", "1", "-q"])
+            .env(SPIN_CHILD_ENV, "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the test binary");
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let tid = loop {
+            let line = lines.next().expect("child output").unwrap();
+            if let Some(tid) = line.strip_prefix("ready ") {
+                break tid.parse().unwrap();
+            }
+        };
+        SpinChild { child, lines, tid }
+    }
+
+    /// Lets the child burn `ms` of CPU time and waits until it has.
+    fn spin(&mut self, ms: u64) {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{ms}").unwrap();
+        stdin.flush().unwrap();
+        while self.lines.next().expect("child output").unwrap() != "spun" {}
+    }
+}
+
+impl Drop for SpinChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_busy_thread_gets_a_large_ring_and_loses_nothing() {
+    let mut child = SpinChild::start();
+    let mut sampler = Sampler::open(child.child.id(), &config(999, 32768)).unwrap();
+    let tid = child.tid;
+    let base = sampler.thread_ring_bytes(tid).unwrap();
+    assert_eq!(base, sampler.ring_buffer_bytes());
+    let mut times = Vec::new();
+    let mut drain = |sampler: &mut Sampler| {
+        sampler
+            .poll(Duration::ZERO, &mut |s| {
+                if s.tid == tid {
+                    times.push(s.time);
+                }
+            })
+            .unwrap();
+    };
+    // 40 ms of samples fill the first ring by more than a quarter: the thread is busy.
+    child.spin(40);
+    drain(&mut sampler);
+    let busy = sampler.thread_ring_bytes(tid).unwrap();
+    let plan = sampler.ring_plan().clone();
+    assert!(busy > base, "ring not grown: {base} -> {busy}, {plan:?}");
+    assert_eq!(sampler.stats().rings_grown, 1);
+    // Then more than the first ring holds, with no drain in between: nothing is lost when
+    // the busy ring holds it (it does with the planned size, 250 ms at 999 Hz).
+    let hold_ms = plan.hold_ms(busy / plan.page_size);
+    if busy / plan.page_size == plan.busy_pages {
+        assert!(hold_ms >= budget::BUSY_HOLD_MS, "{plan:?}");
+        if !plan.budget.kernel_limited {
+            assert_eq!(sampler.ring_note(), None);
+        }
+    }
+    let spin = (hold_ms * 4 / 5).min(200);
+    assert!(
+        spin > plan.hold_ms(base / plan.page_size),
+        "the budget gives busy threads too little to test: {plan:?}"
+    );
+    child.spin(spin);
+    drain(&mut sampler);
+    // The kernel writes the LOST record for samples a full ring dropped with its next sample.
+    child.spin(5);
+    drain(&mut sampler);
+    let stats = sampler.stats();
+    assert_eq!(stats.lost, 0, "{stats:?}");
+    // cpu-clock samples once per 1/999 s of the thread's CPU time: ~245 samples in all.
+    let expected = (40 + spin + 5) as usize;
+    assert!(
+        times.len() * 10 >= expected * 9,
+        "{} samples of {expected}: {stats:?}",
+        times.len()
+    );
+    assert!(
+        times.windows(2).all(|w| w[0] < w[1]),
+        "the thread's samples stay in order across the move to a larger ring"
+    );
+    assert_eq!(stats.malformed, 0);
 }
 
 #[test]
@@ -396,4 +709,32 @@ fn measure_drain_cost() {
             sampler.ring_buffer_bytes() / 1024,
         );
     }
+}
+
+#[test]
+fn drops_no_lost_record_reported_are_counted_once_sampling_stops() {
+    let mut child = SpinChild::start();
+    // Three records fit: 50 ms at 999 Hz overflow the ring.
+    let cfg = SamplerConfig {
+        ring_pages: Some(2),
+        ..config(999, 2048)
+    };
+    let mut sampler = Sampler::open(child.child.id(), &cfg).unwrap();
+    child.spin(50);
+    // The kernel writes a LOST record with the next sample that fits, and none comes: the
+    // child idles from now on.
+    sampler.poll(Duration::ZERO, &mut |_| {}).unwrap();
+    sampler.disable();
+    sampler.poll(Duration::ZERO, &mut |_| {}).unwrap();
+    let stats = sampler.stats();
+    if !attr::counts_lost(&sampler.attr) {
+        eprintln!("skipped: this kernel (< 6.0) has no PERF_FORMAT_LOST");
+        return;
+    }
+    assert!(stats.lost > 0, "{stats:?}");
+    // Every sample of the child's 50 ms of CPU time was either taken or counted lost, once.
+    let made = stats.samples + stats.lost;
+    assert!((45..=55).contains(&made), "{stats:?}");
+    sampler.poll(Duration::ZERO, &mut |_| {}).unwrap();
+    assert_eq!(sampler.stats().lost, stats.lost);
 }

@@ -1,5 +1,6 @@
 //! The profiled process: its identity under /proc, and access to its memory.
 
+pub mod freeze;
 pub mod mapped;
 pub mod memory;
 pub mod process;

@@ -228,6 +228,9 @@ fn run_tool(t: &mut Target, cmd: &mut Command) -> Result<String> {
 /// A profiled window and the samples the profiler took in it.
 struct Profiled {
     span: Span,
+    /// The part of the window where the profiler only samples (its start-up and its work after
+    /// sampling left out), and how long it sampled in all: the steady cost per sample.
+    steady: (Span, f64),
     samples: Samples,
     /// jvmperf only: the span of its samples' timestamps (s) and the samples it lost.
     sampled: Option<(f64, u64)>,
@@ -288,9 +291,21 @@ fn run_jvmperf(t: &mut Target, jvmperf: &Path, extra: &[&str], out: &Path) -> Re
     };
     Ok(Profiled {
         span,
+        steady: (inner(first, last), (last - first) as f64 / 1e9),
         samples: Samples::Counted(samples),
         sampled: Some(((last - first) as f64 / 1e9, lost)),
     })
+}
+
+/// Left out at each end of a sampling span for the steady cost.
+const MARGIN_NS: u64 = 500_000_000;
+
+/// `[start, end]` less [`MARGIN_NS`] at each end.
+fn inner(start: u64, end: u64) -> Span {
+    Span {
+        start: start + MARGIN_NS,
+        end: end - MARGIN_NS,
+    }
 }
 
 /// The number that ends right before `needle` in `line`.
@@ -325,8 +340,14 @@ fn run_perf(t: &mut Target, stacks: &[&str], file: &Path) -> Result<Profiled> {
         .lines()
         .find(|l| l.contains("Captured and wrote"))
         .with_context(|| format!("no `Captured and wrote` line from perf record: {out}"))?;
+    // perf samples from shortly after its start until `sleep` exits.
+    let sampling = start + 1_000_000_000;
     Ok(Profiled {
         span,
+        steady: (
+            inner(sampling, sampling + RECORD_SECS * 1_000_000_000 - MARGIN_NS),
+            RECORD_SECS as f64,
+        ),
         samples: Samples::Counted(number_before(line, " samples)")?),
         sampled: None,
     })
@@ -345,7 +366,9 @@ fn run_jfr(t: &mut Target, jfc: &Path, file: PathBuf) -> Result<Profiled> {
             .arg(format!("settings={}", jfc.display())),
     )?;
     ensure!(out.contains("Started recording"), "JFR.start: {out}");
+    let started = monotonic_ns();
     t.idle(Duration::from_secs(RECORD_SECS))?;
+    let steady = (inner(started, monotonic_ns()), RECORD_SECS as f64);
     let out = run_tool(
         t,
         Command::new(&jcmd)
@@ -358,6 +381,7 @@ fn run_jfr(t: &mut Target, jfc: &Path, file: PathBuf) -> Result<Profiled> {
             start,
             end: monotonic_ns(),
         },
+        steady,
         samples: Samples::InJfr(file),
         sampled: None,
     })
@@ -395,6 +419,8 @@ struct Pair {
     /// Work units per wall second in the idle windows before and after, and in the profiled one.
     idle: (f64, f64),
     profiled: f64,
+    /// Work per wall second in the steady part of the window, and the seconds sampled in all.
+    steady: (f64, f64),
     /// jvmperf only: the span of its samples' timestamps (s) and the samples it lost.
     sampled: Option<(f64, u64)>,
 }
@@ -426,6 +452,14 @@ impl Pair {
     /// lost work ("all-in"); adding it would count it twice.
     fn micros(&self) -> f64 {
         self.lost() * f64::from(BUSY_THREADS) * self.secs / self.samples * 1e6
+    }
+
+    /// The same over the steady part of the window: what sampling alone costs, one-offs left
+    /// out (samples spread evenly over the seconds sampled).
+    fn steady_micros(&self) -> f64 {
+        let (work, sampled_secs) = self.steady;
+        let lost = (self.base() - work) / self.base();
+        lost * f64::from(BUSY_THREADS) * sampled_secs / self.samples * 1e6
     }
 }
 
@@ -567,6 +601,7 @@ fn pairs(log: &WorkLog, timeline: &Timeline, idle: &[f64]) -> Result<Vec<Pair>> 
             samples: run.samples.count()?,
             idle: (idle[k], idle[k + 1]),
             profiled: log.throughput(run.span)?,
+            steady: (log.throughput(run.steady.0)?, run.steady.1),
             sampled: run.sampled,
         });
     }
@@ -583,6 +618,10 @@ fn report(pairs: &[Pair]) {
     let medians: Vec<(Profiler, f64)> = Profiler::ALL
         .iter()
         .map(|&p| (p, median(of(p).iter().map(|x| x.micros()).collect())))
+        .collect();
+    let steady: Vec<(Profiler, f64)> = Profiler::ALL
+        .iter()
+        .map(|&p| (p, median(of(p).iter().map(|x| x.steady_micros()).collect())))
         .collect();
     println!(
         "record: cost per sample = work lost x {BUSY_THREADS} cores x window s / samples in the window (work per wall second, profiled vs the mean of the idle windows before and after; the profiler's CPU is on the same cores, so it is in the lost work); window = profiler spawn to exit (JFR: jcmd JFR.start spawn to jcmd JFR.stop exit); samples: jvmperf's summary, perf record's `(N samples)`, JFR's jdk.ExecutionSample events"
@@ -610,6 +649,15 @@ fn report(pairs: &[Pair]) {
             field(|x| x.drift() * 100.0, 1),
         );
     }
+    println!(
+        "record: steady cost (sampling only: the window less the profiler's start-up and its work after sampling, {:.1} s margins), median us/sample: {}",
+        MARGIN_NS as f64 / 1e9,
+        steady
+            .iter()
+            .map(|(p, m)| format!("{} {m:.1} (per pair {})", p.name(), list(&of(*p).iter().map(|x| x.steady_micros()).collect::<Vec<_>>(), 1)))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
     for first in pairs.iter().filter(|x| x.first) {
         println!(
             "record: {}, first round{} (not in the median): {:.1} us/sample, {:.0} samples, window {:.2} s",
@@ -685,9 +733,12 @@ mod tests {
             samples: 60_000.0,
             idle: (1010.0, 990.0),
             profiled: 990.0,
+            steady: (980.0, 5.0),
             sampled: None,
         };
         assert!((pair.micros() - 2.0).abs() < 1e-9);
+        // 2% of 2 cores over 5 s of sampling, 60,000 samples: 3.33 us each.
+        assert!((pair.steady_micros() - 0.2 / 60_000.0 * 1e6).abs() < 1e-9);
     }
 
     #[test]
