@@ -5,7 +5,9 @@
 set -euo pipefail
 
 # golang-go brings Go's pprof (`go tool pprof`), which the tests use to read jvmperf's pprof files.
-packages=(openjdk-17-jdk-headless gcc libc6-dev golang-go)
+# tests/tomcat.rs runs Debian's Tomcat 10 with its JSP examples (own CATALINA_BASE, loopback port)
+# under wrk.
+packages=(openjdk-17-jdk-headless gcc libc6-dev golang-go tomcat10 tomcat10-examples wrk)
 # Debug info for libjvm gives native HotSpot frames their names; it must match the JDK's exact version.
 optional=(openjdk-17-dbg linux-perf dwz libc6-dbg)
 
@@ -23,6 +25,10 @@ if ((${#missing[@]})); then
   if ! $sudo apt-get install -y -qq --no-install-recommends "${packages[@]}" "${optional[@]}"; then
     echo "setup: some optional packages (${optional[*]}) are unavailable; installing without them" >&2
     $sudo apt-get install -y -qq --no-install-recommends "${packages[@]}"
+  fi
+  # The tests start Tomcat themselves: the system service the package enables is not needed.
+  if [[ " ${missing[*]} " == *" tomcat10 "* ]] && command -v systemctl >/dev/null 2>&1; then
+    $sudo systemctl disable --now tomcat10 >/dev/null 2>&1 || true
   fi
 fi
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: everything on JDK 17, then the JVM integration tests (attach, record) again on
+# The whole test suite: everything on JDK 17, then the JVM tests (those inside src/, attach, record, dump) again on
 # JDK 11, 21 and 25 (installed by scripts/setup-debian.sh). The same tests, parameterized by
 # JVMPERF_TEST_JAVA_HOME.
 set -euo pipefail
@@ -13,7 +13,7 @@ for major in 11 21 25; do
     exit 1
   fi
   echo "test.sh: JVM integration tests on JDK $major"
-  tests=(--test attach --test record --test dump --test tiers)
+  tests=(--lib --test attach --test record --test dump --test tiers)
   [ "$major" -ge 21 ] && tests+=(--test virtual_threads)
   JVMPERF_TEST_JAVA_HOME="$home" cargo test "${tests[@]}"
 done

@@ -100,6 +100,11 @@ pub fn ensure_listener(process: &TargetProcess) -> Result<PathBuf> {
         );
     }
     let trigger = TriggerFile::create(process)?;
+    // Another attacher (jcmd, an agent's launcher) may have started the listener meanwhile: a
+    // SIGQUIT to a running listener would print a thread dump on the JVM's stdout.
+    if is_socket(&sock) {
+        return Ok(sock);
+    }
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(process.pid as i32),
         nix::sys::signal::Signal::SIGQUIT,
@@ -116,6 +121,7 @@ pub fn ensure_listener(process: &TargetProcess) -> Result<PathBuf> {
     let start = Instant::now();
     let mut step = Duration::from_millis(5);
     while start.elapsed() < LISTENER_TIMEOUT {
+        crate::interrupt::check_while_attaching(process.pid)?;
         std::thread::sleep(step);
         if is_socket(&sock) {
             drop(trigger);

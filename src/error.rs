@@ -21,6 +21,8 @@ pub enum ErrorKind {
     Sampling,
     /// Writing output failed.
     Output,
+    /// Ctrl-C or SIGTERM before there was anything to write.
+    Interrupted,
     /// Anything else.
     Internal,
 }
@@ -36,6 +38,7 @@ impl ErrorKind {
             ErrorKind::Shim => 7,
             ErrorKind::Sampling => 8,
             ErrorKind::Output => 9,
+            ErrorKind::Interrupted => 130,
             ErrorKind::Internal => 70,
         }
     }

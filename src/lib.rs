@@ -8,6 +8,7 @@ pub(crate) mod engine;
 pub mod error;
 pub mod hotspot;
 pub mod input;
+pub(crate) mod interrupt;
 pub mod java_names;
 pub mod jit;
 pub mod live_jvm;

@@ -73,6 +73,7 @@ impl LiveJvm {
                     ),
                 );
             }
+            crate::interrupt::check_while_attaching(pid)?;
             live.pump(Duration::from_millis(100))?;
         }
         live.time_to_code_map = started.elapsed();

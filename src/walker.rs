@@ -7,7 +7,7 @@ use crate::hotspot::codecache::{BlobInfo, BlobKind, CodeCache};
 use crate::hotspot::frame::{self, INTERP_BCP, INTERP_METHOD, INTERP_SENDER_SP};
 use crate::hotspot::method::{MethodLayout, MethodNames};
 use crate::hotspot::HotSpot;
-use crate::native::{NativeRegs, NativeUnwinder, StepOutcome};
+use crate::native::{Interrupted, NativeRegs, NativeUnwinder, StepOutcome};
 use crate::sampler::Regs;
 use crate::target::{PageCachedMemory, ProcessMemory, TargetMemory};
 use foldhash::HashMap;
@@ -53,6 +53,13 @@ pub struct Walk {
     /// The walk reached the end of the thread's stack.
     pub rooted: bool,
     pub truncated: Option<Truncation>,
+}
+
+/// How a walk goes on from a frame.
+enum Next {
+    Caller(NativeRegs),
+    /// Past a signal frame: the interrupted code, whose pc is not a return address.
+    Interrupted(Interrupted),
 }
 
 /// `base + off` for a stack address computed from sampled registers or stack words, which are
@@ -211,10 +218,14 @@ impl StackWalker {
             bp: regs.bp,
         };
         let mut first = true;
+        // The registers of the innermost frame: the sampled ones, or those a signal interrupted.
+        let mut top = *regs;
         while walk.frames.len() < MAX_FRAMES {
             let next = if self.in_code_cache(r.pc) {
                 match self.blob_for(r.pc) {
-                    Some(blob) => self.java_step(&blob, r, first, regs, &view, &mut walk.frames),
+                    Some(blob) => self
+                        .java_step(&blob, r, first, &top, &view, &mut walk.frames)
+                        .map(|c| c.map(Next::Caller)),
                     None => Err(Truncation::UnknownCode),
                 }
             } else {
@@ -224,14 +235,15 @@ impl StackWalker {
                 });
                 let mut read = |a: u64| view.read(a);
                 match self.native.step(r, first, &mut read) {
-                    StepOutcome::Caller(c) => Ok(Some(c)),
+                    StepOutcome::Caller(c) => Ok(Some(Next::Caller(c))),
+                    StepOutcome::Interrupted(i) => Ok(Some(Next::Interrupted(i))),
                     StepOutcome::Root => Ok(None),
                     StepOutcome::NoModule => Err(Truncation::UnknownCode),
                     StepOutcome::Failed(_) => Err(Truncation::NativeFailed),
                 }
             };
             match next {
-                Ok(Some(caller)) => {
+                Ok(Some(Next::Caller(caller))) => {
                     // Callers live at higher addresses; anything else is a corrupt or misread frame.
                     if caller.sp <= r.sp || caller.pc == 0 {
                         walk.truncated = Some(Truncation::BadStack);
@@ -239,6 +251,26 @@ impl StackWalker {
                     }
                     r = caller;
                     first = false;
+                }
+                Ok(Some(Next::Interrupted(i))) => {
+                    // The interrupted code is below the signal frame on its stack, or anywhere
+                    // when the handler ran on an alternate signal stack.
+                    if i.sp == r.sp || i.pc == 0 {
+                        walk.truncated = Some(Truncation::BadStack);
+                        return walk;
+                    }
+                    r = NativeRegs {
+                        pc: i.pc,
+                        sp: i.sp,
+                        bp: i.bp,
+                    };
+                    top.bx = i.bx;
+                    top.r13 = i.r13;
+                    first = true;
+                    // The trampoline was entered by a return, not a call: its own pc names it.
+                    if let Some(RawFrame::Native { return_address, .. }) = walk.frames.last_mut() {
+                        *return_address = false;
+                    }
                 }
                 Ok(None) => {
                     walk.rooted = true;
@@ -287,20 +319,7 @@ impl StackWalker {
                     blob: Arc::from(blob.name.as_str()),
                 });
                 if r.pc == self.call_stub_return || blob.frame_size == 0 {
-                    // The call stub and StubRoutines keep rbp framed (`enter`), if they built a frame.
-                    let framed = r.bp > r.sp && r.bp - r.sp < 1 << 16;
-                    if framed && self.plausible_return(rd(above(r.bp, 8)?)?) {
-                        return Ok(Some(NativeRegs {
-                            pc: rd(above(r.bp, 8)?)?,
-                            sp: above(r.bp, 16)?,
-                            bp: rd(r.bp)?,
-                        }));
-                    }
-                    return Ok(Some(NativeRegs {
-                        pc: rd(r.sp)?,
-                        sp: above(r.sp, 8)?,
-                        bp: r.bp,
-                    }));
+                    return self.rbp_framed_caller(r, first, view).map(Some);
                 }
                 self.framed_caller(blob, r, first, view).map(Some)
             }
@@ -339,15 +358,7 @@ impl StackWalker {
                     None => after_push(),
                 };
             }
-            if self.code_bytes.len() > MAX_CACHED {
-                self.code_bytes.clear();
-            }
-            let mem = self.mem;
-            let code = *self.code_bytes.entry(r.pc).or_insert_with(|| {
-                let mut code = [0u8; frame::EPILOGUE_BYTES];
-                mem.read(r.pc, &mut code).ok().map(|()| code)
-            });
-            match code.map(frame::epilogue_at) {
+            match self.code_at(r.pc).map(frame::epilogue_at) {
                 Some(frame::Epilogue::FramePopped) => {
                     if let Some(c) = ret_at_sp(self)? {
                         return Ok(c);
@@ -357,15 +368,82 @@ impl StackWalker {
                 _ => {}
             }
         }
-        if blob.frame_size < 16 {
+        if blob.frame_size >= 16 {
+            let sender_sp = above(r.sp, blob.frame_size)?;
+            let pc = rd(sender_sp - 8)?;
+            if !first || self.plausible_return(pc) {
+                return Ok(NativeRegs {
+                    pc,
+                    sp: sender_sp,
+                    bp: rd(sender_sp - 16)?,
+                });
+            }
+        } else if !first {
             return Err(Truncation::UnknownCode);
         }
-        let sender_sp = above(r.sp, blob.frame_size)?;
-        Ok(NativeRegs {
-            pc: rd(sender_sp - 8)?,
-            sp: sender_sp,
-            bp: rd(sender_sp - 16)?,
+        // A top frame where its frame size does not hold: a stub whose frame is never marked
+        // complete (C1's Runtime1 stubs build an rbp frame with `enter`, `c1_Runtime1_x86.cpp`),
+        // or code that moved sp for a call (native wrappers realign it around runtime calls and
+        // keep rbp framed, `sharedRuntime_x86_64.cpp`).
+        self.rbp_framed_caller(r, first, view)
+    }
+
+    /// The first code bytes at a top frame's pc, cached per pc.
+    fn code_at(&mut self, pc: u64) -> Option<[u8; frame::EPILOGUE_BYTES]> {
+        if self.code_bytes.len() > MAX_CACHED {
+            self.code_bytes.clear();
+        }
+        let mem = self.mem;
+        *self.code_bytes.entry(pc).or_insert_with(|| {
+            let mut code = [0u8; frame::EPILOGUE_BYTES];
+            mem.read(pc, &mut code).ok().map(|()| code)
         })
+    }
+
+    /// The caller of a stub without a fixed frame size (StubRoutines, the call stub): it builds an
+    /// rbp frame, if any, with `MacroAssembler::enter()` (`push rbp; mov rbp,rsp`) and ends it
+    /// with `leave` or `pop rbp` before `ret` (`macroAssembler_x86.cpp`). A top frame may be
+    /// caught before its frame exists or after it is gone; its code bytes tell.
+    fn rbp_framed_caller(
+        &mut self,
+        r: NativeRegs,
+        first: bool,
+        view: &StackView<'_, ProcessMemory>,
+    ) -> Result<NativeRegs, Truncation> {
+        let rd = |a: u64| view.read(a).map_err(|_| Truncation::BadStack);
+        let ret_at_sp = || -> Result<NativeRegs, Truncation> {
+            Ok(NativeRegs {
+                pc: rd(r.sp)?,
+                sp: above(r.sp, 8)?,
+                bp: r.bp,
+            })
+        };
+        if first {
+            match self.code_at(r.pc).map(frame::stub_frame_at) {
+                Some(frame::StubFrame::None) => return ret_at_sp(),
+                Some(frame::StubFrame::RbpPushed) => {
+                    return Ok(NativeRegs {
+                        pc: rd(above(r.sp, 8)?)?,
+                        sp: above(r.sp, 16)?,
+                        bp: rd(r.sp)?,
+                    })
+                }
+                _ => {}
+            }
+        }
+        // Right after `enter` rbp equals sp.
+        if r.bp >= r.sp && r.bp - r.sp < 1 << 16 {
+            let pc = rd(above(r.bp, 8)?)?;
+            if self.plausible_return(pc) {
+                return Ok(NativeRegs {
+                    pc,
+                    sp: above(r.bp, 16)?,
+                    bp: rd(r.bp)?,
+                });
+            }
+        }
+        // A leaf stub that builds no frame.
+        ret_at_sp()
     }
 
     fn note_method(&mut self, method: u64, code_start: u64) {

@@ -396,6 +396,7 @@ fn sigint_writes_the_partial_profile_and_sigkill_leaves_the_jvm_clean() {
     // off), and the next recording attaches as usual.
     let killed = scratch.path("killed.collapsed");
     let child = record_in_background(&jvm, &killed);
+    let killed_pid = child.id();
     signal(&child, nix::sys::signal::Signal::SIGKILL);
     let res = finish(child, Duration::from_secs(10));
     assert_eq!(
@@ -417,11 +418,30 @@ fn sigint_writes_the_partial_profile_and_sigkill_leaves_the_jvm_clean() {
     );
     assert_unharmed(&jvm, before, "SIGINT and SIGKILL");
 
+    // The killed recording's socket is left behind, and removed by the next attach.
+    let sockets = PathBuf::from(format!("/tmp/.jvmperf-{}", nix::unistd::geteuid()));
+    let killed_sockets = || {
+        std::fs::read_dir(&sockets)
+            .unwrap()
+            .filter(|e| {
+                let name = e.as_ref().unwrap().file_name();
+                name.to_string_lossy()
+                    .starts_with(&format!("d{killed_pid}-"))
+            })
+            .count()
+    };
+    assert_eq!(killed_sockets(), 1, "the killed recording's socket");
+
     let again = scratch.path("again.collapsed");
     let res = record_briefly(&jvm, &again);
     assert!(res.status.success(), "{}", stderr_of(&res));
     assert_throughput_stacks(&again);
     assert!(jvm.is_alive());
+    assert_eq!(
+        killed_sockets(),
+        0,
+        "stale socket removed at the next attach"
+    );
 }
 
 #[test]
@@ -459,4 +479,36 @@ fn a_second_recording_is_refused_while_the_first_runs_and_works_after_it() {
     assert!(res.status.success(), "{}", stderr_of(&res));
     assert_throughput_stacks(&again);
     assert_unharmed(&jvm, before, "second recording refused");
+}
+
+/// Ctrl-C while jvmperf waits for the JVM (here a stopped JVM that cannot start its Attach
+/// Listener) ends the wait at once with its own message, not the listener timeout's.
+#[test]
+fn ctrl_c_during_start_up_ends_the_attach() {
+    let _serial = serial();
+    let scratch = Scratch::new("ctrl-c");
+    let jvm = Jvm::start(&[], "bench.Throughput", THROUGHPUT_ARGS);
+    let jvm_pid = nix::unistd::Pid::from_raw(jvm.pid as i32);
+    nix::sys::signal::kill(jvm_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let out = scratch.path("never.collapsed");
+    let child = jvmperf()
+        .args(["record", "-p", &jvm.pid.to_string(), "-o", s(&out)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let trigger = PathBuf::from(format!("/proc/{}/cwd/.attach_pid{}", jvm.pid, jvm.pid));
+    wait_until(
+        "jvmperf waits for the Attach Listener",
+        Duration::from_secs(30),
+        || trigger.exists(),
+    );
+    signal(&child, nix::sys::signal::Signal::SIGINT);
+    let res = finish(child, Duration::from_secs(30));
+    nix::sys::signal::kill(jvm_pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert_one_line_error(&res, 130, "interrupted while attaching");
+    assert!(!out.exists());
+    assert!(!trigger.exists(), "the trigger file is removed");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(jvm.is_alive());
 }

@@ -8,8 +8,6 @@ use crate::sampler::SamplerStats;
 use crate::shim::protocol::ShimStats;
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
@@ -64,11 +62,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         None => Format::from_path(&opts.output)?,
     };
     output::check_writable(&opts.output)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone())
-            .map_err(|e| Error::new(ErrorKind::Internal, format!("cannot handle signals: {e}")))?;
-    }
+    crate::interrupt::install()?;
     let spill = (format == Format::Raw)
         .then(|| {
             SampleSpill::create(
@@ -109,7 +103,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
                 st.lost
             );
         }
-        if stop.load(Ordering::Relaxed) || opts.duration.is_some_and(|d| engine.elapsed() >= d) {
+        if crate::interrupt::requested() || opts.duration.is_some_and(|d| engine.elapsed() >= d) {
             break;
         }
     }

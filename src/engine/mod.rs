@@ -69,7 +69,8 @@ pub struct Engine {
     last_naming: Instant,
     naming_unfinished: bool,
     last_rescan: Instant,
-    known_threads: usize,
+    /// `threads_started` of the shim's state when new threads were last followed.
+    known_threads: u64,
     precise_requested: bool,
     /// Why sampling cannot go on (the target exited, its shim stopped serving us).
     ended: Option<String>,
@@ -213,13 +214,13 @@ impl Engine {
 
     /// The shim reports tids of the target's pid namespace; perf wants ours.
     fn follow_new_threads(&mut self) {
-        let names = &self.live.state.thread_names;
-        if names.len() == self.known_threads {
+        let state = &self.live.state;
+        if state.threads_started == self.known_threads {
             return;
         }
-        self.known_threads = names.len();
+        self.known_threads = state.threads_started;
         let map = self.live.process.ns_tid_map();
-        for tid in names.keys().filter_map(|t| map.get(t)) {
+        for tid in state.thread_names.keys().filter_map(|t| map.get(t)) {
             let _ = self.sampler.add_thread(*tid);
         }
     }
@@ -430,13 +431,21 @@ impl Engine {
                 profile.thread_names.insert(tid, comm);
             }
         }
+        // Ended threads' tids are no longer in the target: they are ours only outside a pid
+        // namespace, where they are the same.
         let ns_tids = process.ns_tid_map();
+        let state = &self.live.state;
+        let ended = state.ended_thread_names.iter().map(|(t, n)| (*t, n));
         profile.thread_names.extend(
-            self.live
-                .state
-                .thread_names
-                .iter()
-                .filter_map(|(ns_tid, name)| Some((*ns_tids.get(ns_tid)?, name.clone()))),
+            ended
+                .chain(state.thread_names.iter().map(|(t, n)| (*t, n)))
+                .filter_map(|(ns_tid, name)| {
+                    let tid = ns_tids
+                        .get(&ns_tid)
+                        .copied()
+                        .or_else(|| (process.nspid == process.pid).then_some(ns_tid))?;
+                    Some((tid, name.clone()))
+                }),
         );
     }
 }

@@ -36,6 +36,27 @@ pub fn epilogue_at(code: [u8; EPILOGUE_BYTES]) -> Epilogue {
     }
 }
 
+/// Where a top frame in a stub without a fixed frame size is, by the code at its pc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StubFrame {
+    /// At `push rbp` (the entry of an rbp-framed stub) or at `ret`: the return address is at sp.
+    None,
+    /// At `mov rbp,rsp` right after `push rbp`: the saved rbp is at sp, the return address
+    /// above it.
+    RbpPushed,
+    /// Anywhere else: rbp-framed, or a leaf stub without a frame.
+    Body,
+}
+
+pub fn stub_frame_at(code: [u8; EPILOGUE_BYTES]) -> StubFrame {
+    match code {
+        [0x55, ..] | [0xc3, ..] => StubFrame::None,
+        // `mov rbp,rsp` in both encodings (8b /r as HotSpot's assembler emits it, 89 /r).
+        [0x48, 0x8b, 0xec] | [0x48, 0x89, 0xe5] => StubFrame::RbpPushed,
+        _ => StubFrame::Body,
+    }
+}
+
 /// The return address inside the call stub (`StubRoutines::_call_stub_return_address`): Java
 /// frames called from native code return there.
 pub fn call_stub_return_address(vs: &VmStructs, mem: &dyn TargetMemory) -> Option<u64> {
@@ -54,5 +75,14 @@ mod tests {
         assert_eq!(epilogue_at([0x0f, 0x87, 0x12]), Epilogue::FramePopped);
         assert_eq!(epilogue_at([0x5d, 0xc3, 0]), Epilogue::PopRbp);
         assert_eq!(epilogue_at([0x48, 0x89, 0xe5]), Epilogue::Body);
+    }
+
+    #[test]
+    fn stub_prologue_instructions() {
+        assert_eq!(stub_frame_at([0x55, 0x48, 0x8b]), StubFrame::None);
+        assert_eq!(stub_frame_at([0xc3, 0, 0]), StubFrame::None);
+        assert_eq!(stub_frame_at([0x48, 0x8b, 0xec]), StubFrame::RbpPushed);
+        assert_eq!(stub_frame_at([0x48, 0x89, 0xe5]), StubFrame::RbpPushed);
+        assert_eq!(stub_frame_at([0xc9, 0xc3, 0]), StubFrame::Body);
     }
 }

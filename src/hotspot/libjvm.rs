@@ -1,8 +1,9 @@
 //! Locating libjvm.so in the target and resolving its exported symbols.
 
 use crate::error::{err, Error, ErrorKind, Result};
+use crate::target::mapped::{load_bias, open_mapped_file, target_path};
 use crate::target::{Mapping, TargetProcess};
-use object::{Object, ObjectSegment, ObjectSymbol};
+use object::{Object, ObjectSymbol};
 use std::collections::HashMap;
 
 /// The target's libjvm: where it is mapped and the run-time addresses of the symbols we asked for.
@@ -43,17 +44,21 @@ pub const VMSTRUCTS_SYMBOLS: &[&str] = &[
     "gHotSpotVMLongConstantEntryArrayStride",
 ];
 
-pub fn find_libjvm_mappings(maps: &[Mapping]) -> Vec<&Mapping> {
+fn find_libjvm_mappings(maps: &[Mapping]) -> Vec<&Mapping> {
     maps.iter()
-        .filter(|m| m.path.ends_with("/libjvm.so"))
+        .filter(|m| target_path(m).ends_with("/libjvm.so"))
         .collect()
 }
 
 impl LibJvm {
+    /// Find the loaded libjvm by its executable mapping (see `load_bias`: other mappings of the
+    /// file may be another tool's) and resolve the VMStructs symbols.
     pub fn locate(process: &TargetProcess) -> Result<Self> {
         let maps = process.maps()?;
-        let jvm_maps = find_libjvm_mappings(&maps);
-        let Some(first) = jvm_maps.iter().min_by_key(|m| m.start) else {
+        let Some(text) = find_libjvm_mappings(&maps)
+            .into_iter()
+            .find(|m| m.perms.contains('x'))
+        else {
             return err(
                 ErrorKind::NotJvm,
                 format!(
@@ -62,41 +67,34 @@ impl LibJvm {
                 ),
             );
         };
-        // The mapping of file offset 0 tells us the bias; read the file through the target's root.
-        let base = jvm_maps
-            .iter()
-            .filter(|m| m.offset == 0)
-            .map(|m| m.start)
-            .min()
-            .unwrap_or(first.start);
-        let file_path = process.path_in_root(std::path::Path::new(&first.path));
-        let cannot = |e: std::io::Error| {
-            Error::new(
+        let Some((_, data, _)) = open_mapped_file(process, text) else {
+            return err(
                 ErrorKind::Permission,
                 format!(
-                    "cannot read the target's libjvm.so at {}: {e}",
-                    file_path.display()
+                    "cannot open the target's libjvm.so ({} in its root, or /proc/{}/map_files): run as the JVM's user or root",
+                    target_path(text),
+                    process.pid
                 ),
-            )
+            );
         };
-        let file = std::fs::File::open(&file_path).map_err(cannot)?;
-        // SAFETY: the mapping is read-only and private; a concurrent truncation of libjvm.so (which
-        // would break the running JVM anyway) is the only way to invalidate it.
-        let data = unsafe { memmap2::Mmap::map(&file) }.map_err(cannot)?;
-        Self::from_elf(&first.path, &data, base)
+        Self::from_elf(target_path(text), &data, text.start, text.offset)
     }
 
-    /// Resolve the VMStructs symbols of an ELF image mapped with file offset 0 at `base`.
-    pub fn from_elf(path: &str, data: &[u8], base: u64) -> Result<Self> {
-        let bad = |e: object::Error| {
+    /// Resolve the VMStructs symbols of an ELF image whose executable segment's file offset
+    /// `offset` is mapped at `start`.
+    pub fn from_elf(path: &str, data: &[u8], start: u64, offset: u64) -> Result<Self> {
+        let bad = |why: String| {
             Error::new(
                 ErrorKind::NotJvm,
-                format!("cannot parse {path} as ELF: {e}"),
+                format!("cannot parse {path} as ELF: {why}"),
             )
         };
-        let file = object::File::parse(data).map_err(bad)?;
-        let first_vaddr = file.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff;
-        let bias = base.wrapping_sub(first_vaddr);
+        let file = object::File::parse(data).map_err(|e| bad(e.to_string()))?;
+        let bias = load_bias(&file, start, offset).ok_or_else(|| {
+            bad(format!(
+                "no executable segment holds file offset {offset:#x}"
+            ))
+        })?;
         let mut symbols = HashMap::new();
         for sym in file.dynamic_symbols() {
             if let Ok(name) = sym.name() {

@@ -18,10 +18,13 @@ pub mod unsigned5;
 pub mod vmstructs;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::target::{PageCachedMemory, ProcessMemory, TargetMemory, TargetProcess};
+use crate::target::{
+    MemError, MemFault, PageCachedMemory, ProcessMemory, TargetMemory, TargetProcess,
+};
 use flags::FlagTable;
 use libjvm::LibJvm;
-use vmstructs::VmStructs;
+use std::time::Duration;
+use vmstructs::{VmStructs, VmStructsError};
 
 /// A live HotSpot JVM as seen from outside: its libjvm, its VMStructs, and its memory.
 pub struct HotSpot {
@@ -30,26 +33,44 @@ pub struct HotSpot {
     pub mem: ProcessMemory,
 }
 
+/// Attempts at reading VMStructs before giving up, and the pause before the first retry (doubled
+/// each time). A failed read is retried from the maps up: while another tool attaches, the target's
+/// mappings change under us.
+const OPEN_ATTEMPTS: u32 = 5;
+const OPEN_RETRY_PAUSE: Duration = Duration::from_millis(50);
+
 impl HotSpot {
     pub fn open(process: &TargetProcess) -> Result<Self> {
-        let libjvm = LibJvm::locate(process)?;
-        let mem = ProcessMemory { pid: process.pid };
-        let vmstructs = VmStructs::read(&PageCachedMemory::new(mem), &libjvm.symbols).map_err(|e| {
-            Error::new(
-                ErrorKind::Permission,
-                format!(
-                    "cannot read the VMStructs of JVM {}: {e} (jvmperf needs ptrace rights: run as the JVM's user or root, and check kernel.yama.ptrace_scope)",
-                    process.pid
-                ),
-            )
-        })?;
-        Ok(HotSpot {
-            libjvm,
-            vmstructs,
-            mem,
-        })
+        let mut pause = OPEN_RETRY_PAUSE;
+        for _ in 1..OPEN_ATTEMPTS {
+            match Self::try_open(process) {
+                Err(OpenError::Transient(_)) => std::thread::sleep(pause),
+                other => return other.map_err(|e| e.into_error(process)),
+            }
+            pause *= 2;
+        }
+        Self::try_open(process).map_err(|e| e.into_error(process))
     }
 
+    fn try_open(process: &TargetProcess) -> std::result::Result<Self, OpenError> {
+        let libjvm = LibJvm::locate(process).map_err(OpenError::Final)?;
+        let mem = ProcessMemory { pid: process.pid };
+        match VmStructs::read(&PageCachedMemory::new(mem), &libjvm.symbols) {
+            Ok(vmstructs) => Ok(HotSpot {
+                libjvm,
+                vmstructs,
+                mem,
+            }),
+            Err(VmStructsError::Memory(e)) if e.cause != MemFault::Unmapped => {
+                Err(OpenError::Memory(e))
+            }
+            Err(VmStructsError::MissingSymbol(s)) => Err(OpenError::Final(Error::new(
+                ErrorKind::NotJvm,
+                format!("{} does not export {s}", libjvm.path),
+            ))),
+            Err(e) => Err(OpenError::Transient(e)),
+        }
+    }
     pub fn flags(&self) -> Option<FlagTable> {
         FlagTable::locate(&self.vmstructs, &self.mem)?.ok()
     }
@@ -83,6 +104,41 @@ impl HotSpot {
                         && self.mem.read_u8(loc.value_addr) == Ok(1))
             }
             _ => false,
+        }
+    }
+}
+
+/// Why VMStructs could not be read, before it becomes a user-facing error.
+enum OpenError {
+    /// Not worth retrying: no libjvm, no rights to its file, a table it does not export.
+    Final(Error),
+    /// The target's memory is not ours to read, or the process is gone.
+    Memory(MemError),
+    /// Unreadable or inconsistent tables in a readable process: retried.
+    Transient(VmStructsError),
+}
+
+impl OpenError {
+    fn into_error(self, process: &TargetProcess) -> Error {
+        let pid = process.pid;
+        match self {
+            OpenError::Final(e) => e,
+            OpenError::Memory(e) if e.cause == MemFault::NoProcess => Error::new(
+                ErrorKind::NoProcess,
+                format!("process {pid} exited while jvmperf was reading its VMStructs"),
+            ),
+            OpenError::Memory(e) => Error::new(
+                ErrorKind::Permission,
+                format!(
+                    "cannot read the memory of JVM {pid}: {e} (jvmperf needs ptrace rights: run as the JVM's user or root, and check kernel.yama.ptrace_scope)"
+                ),
+            ),
+            OpenError::Transient(e) => Error::new(
+                ErrorKind::NotJvm,
+                format!(
+                    "cannot read the VMStructs of JVM {pid} ({OPEN_ATTEMPTS} tries): {e} (its libjvm.so is not laid out as the loaded file says: a JVM still starting or exiting, or a libjvm.so without HotSpot's tables)"
+                ),
+            ),
         }
     }
 }

@@ -2,7 +2,11 @@
 
 use crate::jit::codemap::CodeMap;
 use crate::shim::protocol::{Frame, Record, ShimStats};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+
+/// Names of ended threads kept for their samples still to be named; older ones are forgotten
+/// (their samples keep the thread's kernel name), so thread churn cannot grow memory without end.
+pub const MAX_ENDED_THREAD_NAMES: usize = 4096;
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RetransformResult {
@@ -14,9 +18,12 @@ pub struct RetransformResult {
 #[derive(Debug, Default)]
 pub struct JitState {
     pub code: CodeMap,
-    /// Java thread names by tid, from THREAD_START.
+    /// Java thread names by tid, from THREAD_START, of threads that have not ended.
     pub thread_names: HashMap<u32, String>,
-    pub ended_threads: Vec<(u32, u64)>,
+    /// Names of the latest ended threads, oldest first (at most `MAX_ENDED_THREAD_NAMES`).
+    pub ended_thread_names: VecDeque<(u32, String)>,
+    /// THREAD_START records seen.
+    pub threads_started: u64,
     pub dropped_records: u64,
     pub dropped_bytes: u64,
     /// (nmethods, code blobs) once the attach-time replay finished, with its time.
@@ -62,9 +69,17 @@ impl JitState {
                 name,
             } => self.code.add_blob(t, addr, size, replayed, name),
             Record::ThreadStart { tid, name } => {
+                self.threads_started += 1;
                 self.thread_names.insert(tid, name);
             }
-            Record::ThreadEnd { tid } => self.ended_threads.push((tid, t)),
+            Record::ThreadEnd { tid } => {
+                if let Some(name) = self.thread_names.remove(&tid) {
+                    if self.ended_thread_names.len() == MAX_ENDED_THREAD_NAMES {
+                        self.ended_thread_names.pop_front();
+                    }
+                    self.ended_thread_names.push_back((tid, name));
+                }
+            }
             Record::Dropped { records, bytes } => {
                 self.dropped_records = records;
                 self.dropped_bytes = bytes;
@@ -94,5 +109,36 @@ impl JitState {
             }
             Record::Hello(_) | Record::Busy { .. } | Record::Unknown(_) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Threads that keep starting and ending (pools, per-request threads) leave a bounded table.
+    #[test]
+    fn thread_names_stay_bounded_under_thread_churn() {
+        let mut state = JitState::default();
+        let frame = |record| Frame { time: 1, record };
+        state.apply(frame(Record::ThreadStart {
+            tid: 1,
+            name: "main".into(),
+        }));
+        for tid in 2..100_000u32 {
+            state.apply(frame(Record::ThreadStart {
+                tid,
+                name: format!("worker-{tid}"),
+            }));
+            state.apply(frame(Record::ThreadEnd { tid }));
+        }
+        assert_eq!(state.threads_started, 99_999);
+        assert_eq!(state.thread_names.len(), 1, "only main is alive");
+        assert_eq!(state.ended_thread_names.len(), MAX_ENDED_THREAD_NAMES);
+        assert_eq!(
+            state.ended_thread_names.back(),
+            Some(&(99_999, "worker-99999".to_string())),
+            "the latest ended thread keeps its name"
+        );
     }
 }

@@ -5,12 +5,14 @@
 mod debuginfo;
 pub mod kernel;
 pub mod modules;
+pub mod sigframe;
 pub mod symbols;
 pub mod symcache;
 pub mod unwind;
 
 pub use kernel::{KernelSymbol, KernelSymbols};
 pub use modules::{Module, ModuleChanges, ModuleRef, Modules};
+pub use sigframe::Interrupted;
 pub use symbols::{NativeFrame, NativeSymbolizer};
 pub use unwind::{NativeRegs, NativeUnwinder, StepOutcome};
 

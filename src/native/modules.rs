@@ -1,15 +1,14 @@
 //! The target's executable file-backed mappings, one [`Module`] per file, each with the file's bytes.
 
 use crate::error::Result;
+use crate::target::mapped::{load_bias, open_mapped_file, target_path};
 use crate::target::{Mapping, ProcessMemory, TargetMemory, TargetProcess};
 use memmap2::Mmap;
-use object::elf::PF_X;
-use object::{Object, ObjectSegment, ObjectSymbol, SegmentFlags};
+use object::{Object, ObjectSymbol};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::ops::{Deref, Range};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -216,7 +215,7 @@ impl Modules {
             .ok()?;
             (FileBytes::Copied(buf), None, None)
         } else {
-            let (file, map, from) = self.open(first, &path)?;
+            let (file, map, from) = open_mapped_file(&self.process, first)?;
             (FileBytes::Mapped(map), Some(from), Some(file))
         };
         let elf = object::File::parse(&*bytes).ok()?;
@@ -244,27 +243,6 @@ impl Modules {
             bytes: Arc::new(bytes),
         })
     }
-
-    /// Open the mapped file through the target's root (containers see other files than we do),
-    /// or, when that path now names another file (deleted, replaced by an upgrade), through
-    /// `/proc/<pid>/map_files`, which always reaches the mapped inode.
-    fn open(&self, mapping: &Mapping, path: &str) -> Option<(File, Mmap, PathBuf)> {
-        let by_path = self.process.path_in_root(Path::new(path));
-        let by_mapping = PathBuf::from(format!(
-            "/proc/{}/map_files/{:x}-{:x}",
-            self.process.pid, mapping.start, mapping.end
-        ));
-        [by_path, by_mapping].into_iter().find_map(|candidate| {
-            let file = File::open(&candidate).ok()?;
-            if file.metadata().ok()?.ino() != mapping.inode {
-                return None;
-            }
-            // SAFETY: the mapping is read-only. Libraries are replaced by renaming, not rewritten
-            // in place; a file truncated under us would fault, as for any mmap-based reader.
-            let map = unsafe { Mmap::map(&file) }.ok()?;
-            Some((file, map, candidate))
-        })
-    }
 }
 
 /// The executable mappings, grouped per file (path and inode), in address order.
@@ -284,27 +262,6 @@ fn executable_files(maps: &[Mapping]) -> Vec<Vec<&Mapping>> {
         groups[i].push(m);
     }
     groups
-}
-
-fn target_path(m: &Mapping) -> &str {
-    m.path.strip_suffix(" (deleted)").unwrap_or(&m.path)
-}
-
-/// `start` maps file offset `offset` of an executable mapping; the executable PT_LOAD segment
-/// holding that offset gives its stated address, and the difference is the bias. (A read-only
-/// segment may share the page, so the segment's flags matter.)
-fn load_bias(elf: &object::File, start: u64, offset: u64) -> Option<u64> {
-    elf.segments().find_map(|seg| {
-        let executable =
-            matches!(seg.flags(), SegmentFlags::Elf { p_flags, .. } if p_flags.0 & PF_X.0 != 0);
-        let (file_off, file_size) = seg.file_range();
-        let page_start = file_off & !0xfff;
-        if !executable || offset < page_start || offset >= file_off + file_size.max(1) {
-            return None;
-        }
-        let svma = seg.address().wrapping_add(offset).wrapping_sub(file_off);
-        Some(start.wrapping_sub(svma))
-    })
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {

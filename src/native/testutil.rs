@@ -61,16 +61,30 @@ pub struct SleepingJvm {
     dir: PathBuf,
 }
 
-pub const JAVA17: &str = "/usr/lib/jvm/java-17-openjdk-amd64/bin/java";
+/// The JDK the JVM tests run on: `JVMPERF_TEST_JAVA_HOME` (as for the integration tests), else
+/// JDK 17.
+pub fn test_java_home() -> PathBuf {
+    std::env::var_os("JVMPERF_TEST_JAVA_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(JDK17))
+}
+
+/// JDK 17, whose javac compiles the test class (the other test JDKs may be runtimes only).
+const JDK17: &str = "/usr/lib/jvm/java-17-openjdk-amd64";
 
 impl SleepingJvm {
-    /// `None` when JDK 17 is not installed (say so on stderr).
+    /// `None` when the test JDK or JDK 17's javac is not installed (say so on stderr).
     pub fn start() -> Option<Self> {
-        if !Path::new(JAVA17).exists() {
-            eprintln!(
-                "skipping: {JAVA17} is not installed (apt-get install openjdk-17-jdk-headless)"
-            );
-            return None;
+        let java = test_java_home().join("bin/java");
+        let javac = Path::new(JDK17).join("bin/javac");
+        for tool in [&java, &javac] {
+            if !tool.exists() {
+                eprintln!(
+                    "skipping: {} is not installed (scripts/setup-debian.sh)",
+                    tool.display()
+                );
+                return None;
+            }
         }
         let dir = std::env::temp_dir().join(format!(
             "jvmperf-native-{}-{:?}",
@@ -85,9 +99,17 @@ impl SleepingJvm {
              System.out.println(\"ready\"); System.out.flush(); Thread.sleep(120_000); } }\n",
         )
         .unwrap();
-        let mut child = Command::new(JAVA17)
-            .args(["-Xmx64m", "-XX:TieredStopAtLevel=1"])
+        let compiled = Command::new(javac)
+            .args(["--release", "11", "-d"])
+            .arg(&dir)
             .arg(&source)
+            .status()
+            .unwrap();
+        assert!(compiled.success(), "javac Sleep.java");
+        let mut child = Command::new(java)
+            .args(["-Xmx64m", "-XX:TieredStopAtLevel=1", "-cp"])
+            .arg(&dir)
+            .arg("Sleep")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

@@ -2,6 +2,7 @@
 //! walker can interleave its own JIT/interpreter frames with native ones.
 
 use super::modules::{FileBytes, Module, ModuleChanges, ModuleRef, Modules};
+use super::sigframe::{self, Interrupted};
 use crate::error::Result;
 use crate::target::TargetProcess;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
@@ -25,6 +26,9 @@ pub enum StepOutcome {
     Caller(NativeRegs),
     /// The stack ends here (`_start`, `clone`, thread start: the unwind info says so).
     Root,
+    /// The pc is the signal trampoline: the caller is the code the signal interrupted, at the
+    /// instruction it was about to run (not a return address).
+    Interrupted(Interrupted),
     /// The pc is in no known module (JIT code, or a library loaded too recently to be seen).
     NoModule,
     Failed(String),
@@ -35,6 +39,8 @@ pub struct NativeUnwinder {
     unwinder: UnwinderX86_64<SectionBytes>,
     /// framehop's rule cache: kept across samples, it makes repeated steps at the same pc cheap.
     cache: CacheX86_64,
+    /// Where the signal trampolines of the loaded modules are.
+    trampolines: Vec<u64>,
 }
 
 impl NativeUnwinder {
@@ -44,10 +50,16 @@ impl NativeUnwinder {
         for m in modules.all() {
             unwinder.add_module(framehop_module(m));
         }
+        let trampolines = modules
+            .all()
+            .iter()
+            .flat_map(|m| sigframe::trampolines(m))
+            .collect();
         Ok(NativeUnwinder {
             modules,
             unwinder,
             cache: CacheX86_64::new(),
+            trampolines,
         })
     }
 
@@ -95,6 +107,16 @@ impl NativeUnwinder {
         {
             return StepOutcome::NoModule;
         }
+        // A handler's return lands on the trampoline's first instruction; a sample may also
+        // catch the trampoline at its `syscall` or, inside rt_sigreturn, just after it. sp is at
+        // the ucontext all along.
+        let offsets: &[u64] = if first_frame { &[0, 7, 9] } else { &[0] };
+        if offsets
+            .iter()
+            .any(|&off| self.is_sigreturn(regs.pc.wrapping_sub(off)))
+        {
+            return self.signal_frame(regs, read_stack);
+        }
         let mut fh_regs = UnwindRegsX86_64::new(regs.pc, regs.sp, regs.bp);
         match self.unwinder.unwind_frame(
             address,
@@ -112,6 +134,22 @@ impl NativeUnwinder {
         }
     }
 
+    fn signal_frame(
+        &self,
+        regs: NativeRegs,
+        read_stack: &mut dyn FnMut(u64) -> std::result::Result<u64, ()>,
+    ) -> StepOutcome {
+        match sigframe::interrupted(regs.sp, read_stack) {
+            Some(regs) => StepOutcome::Interrupted(regs),
+            None => StepOutcome::Failed("signal frame unreadable".into()),
+        }
+    }
+
+    /// Whether `pc` is the first instruction of a signal trampoline.
+    fn is_sigreturn(&self, pc: u64) -> bool {
+        self.trampolines.contains(&pc)
+    }
+
     fn apply(&mut self, changes: ModuleChanges) {
         for m in changes.removed {
             self.unwinder.remove_module(m.start);
@@ -119,6 +157,12 @@ impl NativeUnwinder {
         for m in &changes.added {
             self.unwinder.add_module(framehop_module(m));
         }
+        self.trampolines = self
+            .modules
+            .all()
+            .iter()
+            .flat_map(|m| sigframe::trampolines(m))
+            .collect();
     }
 }
 

@@ -11,7 +11,7 @@ use crate::target::TargetProcess;
 use nix::unistd::{fchown, Gid, Uid};
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// The per-user working directory in the target's file system.
@@ -36,7 +36,29 @@ impl ShimDir {
             gid: process.egid,
         };
         dir.create()?;
+        dir.remove_stale_sockets();
         Ok(dir)
+    }
+
+    /// Remove the sockets of jvmperf processes that are gone: a killed recording cannot remove
+    /// its own (named `d<pid>-<tag>.sock`, see `socket_paths`).
+    fn remove_stale_sockets(&self) {
+        let Ok(entries) = fs::read_dir(&self.outer) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let owner = name
+                .to_str()
+                .and_then(|n| n.strip_prefix('d')?.strip_suffix(".sock")?.split_once('-'))
+                .and_then(|(pid, _)| pid.parse::<u32>().ok());
+            let is_socket = entry.file_type().is_ok_and(|t| t.is_socket());
+            if let (Some(pid), true) = (owner, is_socket) {
+                if !Path::new(&format!("/proc/{pid}")).exists() {
+                    let _ = fs::remove_file(entry.path());
+                }
+            }
+        }
     }
 
     fn create(&self) -> Result<()> {
@@ -135,7 +157,8 @@ impl ShimDir {
         Ok(self.inner.join(&name).to_string_lossy().into_owned())
     }
 
-    /// A fresh socket path: (inside the target, from our side).
+    /// A fresh socket path: (inside the target, from our side). The name starts with our pid, so
+    /// a later attach can tell a killed recording's socket from a running one's.
     pub fn socket_paths(&self, tag: &str) -> (String, PathBuf) {
         let name = format!("d{}-{tag}.sock", std::process::id());
         (

@@ -214,6 +214,7 @@ fn accept_from(listener: &UnixListener, process: &TargetProcess) -> Result<UnixS
                 // Someone else found the socket: drop the connection and keep waiting.
             }
             Err(e) if e.kind() == IoKind::WouldBlock => {
+                crate::interrupt::check_while_attaching(process.pid)?;
                 std::thread::sleep(Duration::from_millis(2));
                 if !process.is_alive() {
                     return err(

@@ -9,11 +9,43 @@ use std::io::IoSliceMut;
 pub struct MemError {
     pub addr: u64,
     pub len: usize,
+    pub cause: MemFault,
+}
+
+/// Why a read failed, from `process_vm_readv`'s errno (see its man page): only `Denied` is a
+/// matter of rights; a bad address in a readable process is `Unmapped`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemFault {
+    /// Nothing readable there (EFAULT, a short read, or outside a snapshot).
+    Unmapped,
+    /// We may not read the process's memory at all (EPERM: ptrace access mode check).
+    Denied,
+    /// The process is gone (ESRCH).
+    NoProcess,
+}
+
+impl MemError {
+    pub fn unmapped(addr: u64, len: usize) -> Self {
+        MemError {
+            addr,
+            len,
+            cause: MemFault::Unmapped,
+        }
+    }
 }
 
 impl std::fmt::Display for MemError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "cannot read {} bytes at {:#x}", self.len, self.addr)
+        let why = match self.cause {
+            MemFault::Unmapped => "not mapped in the target",
+            MemFault::Denied => "permission denied",
+            MemFault::NoProcess => "the process exited",
+        };
+        write!(
+            f,
+            "cannot read {} bytes at {:#x}: {why}",
+            self.len, self.addr
+        )
     }
 }
 
@@ -59,7 +91,7 @@ pub trait TargetMemory {
             // A shorter read may still succeed where a readable region ends mid-chunk.
             while self.read(at, &mut buf[..n]).is_err() {
                 if n == 1 {
-                    return Err(MemError { addr: at, len: 1 });
+                    return Err(MemError::unmapped(at, 1));
                 }
                 n = (n / 16).max(1);
             }
@@ -70,15 +102,11 @@ pub trait TargetMemory {
             }
             out.extend_from_slice(chunk);
             // A string running into the end of the address space has no terminator.
-            at = at.checked_add(n as u64).ok_or(MemError {
-                addr,
-                len: MAX_CSTR,
-            })?;
+            at = at
+                .checked_add(n as u64)
+                .ok_or(MemError::unmapped(addr, MAX_CSTR))?;
         }
-        Err(MemError {
-            addr,
-            len: MAX_CSTR,
-        })
+        Err(MemError::unmapped(addr, MAX_CSTR))
     }
 }
 
@@ -96,10 +124,7 @@ pub struct ProcessMemory {
 
 impl TargetMemory for ProcessMemory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
-        let fail = MemError {
-            addr,
-            len: buf.len(),
-        };
+        let fail = MemError::unmapped(addr, buf.len());
         if buf.is_empty() {
             return Ok(());
         }
@@ -118,18 +143,27 @@ impl TargetMemory for ProcessMemory {
             &remote,
         ) {
             Ok(n) if n == len => Ok(()),
-            _ => Err(fail),
+            Ok(_) => Err(fail),
+            Err(e) => Err(MemError {
+                cause: fault_of(e),
+                ..fail
+            }),
         }
+    }
+}
+
+fn fault_of(e: nix::errno::Errno) -> MemFault {
+    match e {
+        nix::errno::Errno::EPERM | nix::errno::Errno::EACCES => MemFault::Denied,
+        nix::errno::Errno::ESRCH => MemFault::NoProcess,
+        _ => MemFault::Unmapped,
     }
 }
 
 impl ProcessMemory {
     /// Write into the target. Used only to switch HotSpot flags that are read at compile time.
     pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
-        let fail = MemError {
-            addr,
-            len: data.len(),
-        };
+        let fail = MemError::unmapped(addr, data.len());
         let remote = [nix::sys::uio::RemoteIoVec {
             base: addr as usize,
             len: data.len(),
@@ -141,7 +175,11 @@ impl ProcessMemory {
             &remote,
         ) {
             Ok(n) if n == data.len() => Ok(()),
-            _ => Err(fail),
+            Ok(_) => Err(fail),
+            Err(e) => Err(MemError {
+                cause: fault_of(e),
+                ..fail
+            }),
         }
     }
 }
@@ -190,10 +228,7 @@ impl SnapshotMemory {
 
 impl TargetMemory for SnapshotMemory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
-        let fail = MemError {
-            addr,
-            len: buf.len(),
-        };
+        let fail = MemError::unmapped(addr, buf.len());
         let (start, bytes) = self.regions.range(..=addr).next_back().ok_or(fail)?;
         let off = usize::try_from(addr - start).map_err(|_| fail)?;
         let src = bytes
@@ -233,10 +268,7 @@ impl<M: TargetMemory> PageCachedMemory<M> {
 
 impl<M: TargetMemory> TargetMemory for PageCachedMemory<M> {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
-        let fail = MemError {
-            addr,
-            len: buf.len(),
-        };
+        let fail = MemError::unmapped(addr, buf.len());
         let mut done = 0usize;
         while done < buf.len() {
             let at = addr.checked_add(done as u64).ok_or(fail)?;
@@ -316,6 +348,26 @@ mod tests {
             pid: std::process::id(),
         };
         assert_eq!(m.read_cstr(data.as_ptr() as u64).unwrap(), "jvmperf");
-        assert!(m.read_u64(8).is_err());
+        assert_eq!(m.read_u64(8).unwrap_err().cause, MemFault::Unmapped);
+    }
+
+    /// A bad address is not a lack of rights: only EPERM says "permission".
+    #[test]
+    fn read_failures_name_their_cause() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let gone = ProcessMemory { pid };
+        let e = gone.read_u64(0x1000).unwrap_err();
+        assert_eq!(e.cause, MemFault::NoProcess);
+        assert!(e.to_string().contains("exited"), "{e}");
+        let unmapped = ProcessMemory {
+            pid: std::process::id(),
+        }
+        .read_u64(0x170)
+        .unwrap_err();
+        assert!(unmapped.to_string().contains("not mapped"), "{unmapped}");
+        assert_eq!(fault_of(nix::errno::Errno::EPERM), MemFault::Denied);
+        assert_eq!(fault_of(nix::errno::Errno::EFAULT), MemFault::Unmapped);
     }
 }

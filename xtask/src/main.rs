@@ -11,6 +11,7 @@ mod bench_footprint;
 mod bench_jvm;
 mod bench_record;
 mod bench_soak;
+mod bench_tomcat;
 mod demo;
 mod jdk;
 mod many_methods_gen;
@@ -26,7 +27,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "bench",
-        "benchmarks: `bench attach` (time to a complete code map, replay rate), `bench record` (all-in cost per sample by wall-clock throughput, with bare perf, perf --call-graph dwarf and JFR measured alongside), `bench convert` (raw recording to every format), `bench footprint` (wall time, memory and CPU of one recording, first and warm run), `bench soak` (memory and lost samples over a long recording), `bench daemon` (jvmperf daemon on 3 JVMs: CPU, RSS, files and samples per JVM)",
+        "benchmarks: `bench attach` (time to a complete code map, replay rate), `bench record` (all-in cost per sample by wall-clock throughput, with bare perf, perf --call-graph dwarf and JFR measured alongside), `bench convert` (raw recording to every format), `bench footprint` (wall time, memory and CPU of one recording, first and warm run), `bench soak` (memory and lost samples over a long recording), `bench daemon` (jvmperf daemon on 3 JVMs: CPU, RSS, files and samples per JVM), `bench tomcat` (Tomcat's request rate under wrk while recording at 99 and 999 Hz, against the rate without)",
     ),
     (
         "demo",
@@ -58,7 +59,10 @@ fn run(args: &[String]) -> Result<()> {
             Some((name, args)) if name == "soak" => bench_soak::main(args),
             Some((name, args)) if name == "footprint" => bench_footprint::main(args),
             Some((name, args)) if name == "daemon" => bench_daemon::main(args),
-            _ => bail!("usage: cargo xtask bench attach|record|convert|soak|footprint|daemon"),
+            Some((name, args)) if name == "tomcat" => bench_tomcat::main(args),
+            _ => {
+                bail!("usage: cargo xtask bench attach|record|convert|soak|footprint|daemon|tomcat")
+            }
         },
         "demo" => demo::main(rest),
         "help" | "-h" | "--help" => {

@@ -23,11 +23,20 @@ fn unwind(unwinder: &mut NativeUnwinder, c: &Captured) -> (Vec<(u64, bool)>, Ste
     let mut regs = c.regs;
     let mut frames = vec![(regs.pc, false)];
     loop {
-        let first = frames.len() == 1;
+        let first = !frames.last().unwrap().1;
         match unwinder.step(regs, first, &mut |addr| c.read(addr)) {
             StepOutcome::Caller(caller) => {
                 regs = caller;
                 frames.push((regs.pc, true));
+            }
+            StepOutcome::Interrupted(i) => {
+                frames.last_mut().unwrap().1 = false;
+                regs = NativeRegs {
+                    pc: i.pc,
+                    sp: i.sp,
+                    bp: i.bp,
+                };
+                frames.push((regs.pc, false));
             }
             end => return (frames, end),
         }
@@ -50,18 +59,26 @@ fn names(
         .collect()
 }
 
-#[test]
-fn unwinds_own_recursion_to_the_thread_root() {
-    let captured = recurse(DEPTH);
+/// A stack of this process unwound: it must end at the thread's root; the unwinder (its caches
+/// warm) and the frames' names.
+fn unwind_own_stack_to_its_root(captured: &Captured) -> (NativeUnwinder, Vec<String>) {
     let me = TargetProcess::open(std::process::id()).unwrap();
     let mut unwinder = NativeUnwinder::new(&me).unwrap();
-    let (frames, end) = unwind(&mut unwinder, &captured);
+    let (frames, end) = unwind(&mut unwinder, captured);
     let names = names(
         &mut unwinder,
         &mut crate::native::testutil::scratch_symbolizer(),
         &frames,
     );
     assert_eq!(end, StepOutcome::Root, "{names:#?}");
+    (unwinder, names)
+}
+
+#[test]
+fn unwinds_own_recursion_to_the_thread_root() {
+    let captured = recurse(DEPTH);
+    let (mut unwinder, names) = unwind_own_stack_to_its_root(&captured);
+    let (frames, _) = unwind(&mut unwinder, &captured);
     assert!(names[0].ends_with("testutil::capture_here"), "{names:#?}");
     let recursion = names
         .iter()
@@ -91,6 +108,56 @@ fn unwinds_own_recursion_to_the_thread_root() {
         "warm step: {per_step:.0} ns ({} frames, {} modules)",
         frames.len(),
         unwinder.modules().all().len()
+    );
+}
+
+thread_local! {
+    static IN_HANDLER: std::cell::RefCell<Option<Captured>> = const { std::cell::RefCell::new(None) };
+}
+
+extern "C" fn capture_in_handler(_signal: libc::c_int) {
+    let captured = capture_here();
+    IN_HANDLER.with(|c| *c.borrow_mut() = Some(captured));
+}
+
+/// Raises SIGURG at this thread; its handler captures the stack.
+#[inline(never)]
+fn interrupted_here() -> Captured {
+    // SAFETY: installs a handler for SIGURG (ignored by default, used by nothing else in the test
+    // binary) and signals the current thread, whose handler runs on this stack (no SA_ONSTACK).
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = capture_in_handler as *const () as usize;
+        assert_eq!(
+            libc::sigaction(libc::SIGURG, &action, std::ptr::null_mut()),
+            0
+        );
+        assert_eq!(libc::pthread_kill(libc::pthread_self(), libc::SIGURG), 0);
+    }
+    std::hint::black_box(
+        IN_HANDLER
+            .with(|c| c.borrow_mut().take())
+            .expect("handler ran"),
+    )
+}
+
+#[test]
+fn unwinds_through_a_signal_frame_to_the_interrupted_code_and_its_root() {
+    let (_, names) = unwind_own_stack_to_its_root(&interrupted_here());
+    let at = |name: &str| names.iter().position(|n| n.ends_with(name));
+    let handler = at("capture_in_handler").expect("handler frame");
+    let trampoline = names
+        .iter()
+        .position(|n| n.contains("restore_rt"))
+        .unwrap_or_else(|| panic!("no __restore_rt: {names:#?}"));
+    let interrupted = at("tests::interrupted_here").expect("interrupted frame");
+    assert!(
+        handler < trampoline && trampoline < interrupted,
+        "{names:#?}"
+    );
+    assert!(
+        at("unwinds_through_a_signal_frame_to_the_interrupted_code_and_its_root").is_some(),
+        "{names:#?}"
     );
 }
 
