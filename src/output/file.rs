@@ -24,8 +24,7 @@ pub fn save_recording(
     opts: &OutputOptions,
     path: &Path,
 ) -> Result<()> {
-    let dirs = [std::env::temp_dir(), PathBuf::from(".")];
-    save_or_rescue(profile, format, opts, path, &dirs)
+    save_or_rescue(profile, format, opts, path, &rescue_dirs())
 }
 
 fn save_or_rescue(
@@ -41,7 +40,24 @@ fn save_or_rescue(
     let samples: u64 = profile.samples.iter().map(|s| s.weight).sum();
     let rescued = raw::render(profile)
         .map_err(|e| e.message)
-        .and_then(|bytes| rescue(path, &bytes, rescue_dirs));
+        .and_then(|bytes| rescue(path, rescue_dirs, |f| f.write_all(&bytes)));
+    Err(rescue_error(failed, samples, path, rescued))
+}
+
+/// Where samples go when the output cannot be written: $TMPDIR (or /tmp), else the current
+/// directory.
+pub(super) fn rescue_dirs() -> Vec<PathBuf> {
+    vec![std::env::temp_dir(), PathBuf::from(".")]
+}
+
+/// The error of a failed save, saying where its `samples` were rescued to (a raw recording the
+/// user can convert to `path` later), or that they could not be.
+pub(super) fn rescue_error(
+    failed: Error,
+    samples: u64,
+    path: &Path,
+    rescued: std::result::Result<PathBuf, String>,
+) -> Error {
     let outcome = match rescued {
         Ok(saved) => format!(
             "the {samples} samples collected were saved to {0} (write them out later with `jvmperf convert {0} -o {1}`)",
@@ -52,15 +68,17 @@ fn save_or_rescue(
             "the {samples} samples collected could not be saved anywhere else either ({why})"
         ),
     };
-    Err(Error::new(
-        failed.kind,
-        format!("{}; {outcome}", failed.message),
-    ))
+    Error::new(failed.kind, format!("{}; {outcome}", failed.message))
 }
 
-/// Write `bytes` as a new private file in the first of `dirs` that takes them whole; returns its
-/// path. Never replaces or follows anything (the directories may be shared, like /tmp).
-fn rescue(path: &Path, bytes: &[u8], dirs: &[PathBuf]) -> std::result::Result<PathBuf, String> {
+/// Write a raw recording of the samples meant for `path` with `write` as a new private file in
+/// the first of `dirs` that takes it whole; returns its path. Never replaces or follows anything
+/// (the directories may be shared, like /tmp).
+pub(super) fn rescue(
+    path: &Path,
+    dirs: &[PathBuf],
+    write: impl Fn(&mut File) -> std::io::Result<()>,
+) -> std::result::Result<PathBuf, String> {
     let stem = path
         .file_name()
         .and_then(|n| n.to_str())
@@ -74,7 +92,7 @@ fn rescue(path: &Path, bytes: &[u8], dirs: &[PathBuf]) -> std::result::Result<Pa
     for dir in dirs {
         let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
         let file = dir.join(&name);
-        match write_new(&file, 0o600, |f| f.write_all(bytes)) {
+        match write_new(&file, 0o600, &write) {
             Ok(()) => return Ok(file),
             Err(e) => failures.push(format!("{}: {e}", dir.display())),
         }

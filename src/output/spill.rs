@@ -122,8 +122,19 @@ fn read_varint(r: &mut impl Read) -> std::io::Result<u64> {
 
 /// Write `profile`'s frames, stacks and threads with the samples in `spill` (the profile's own
 /// samples are not used) as a `.jvmperf` file at `path`: a temporary file renamed when complete,
-/// or written in place when `path` is not a regular file (`/dev/null`).
+/// or written in place when `path` is not a regular file (`/dev/null`). When `path` cannot be
+/// written, the recording goes to $TMPDIR (or /tmp), else the current directory, and the error
+/// names it, as for other formats.
 pub fn save_streamed(profile: &Profile, spill: SampleSpill, path: &Path) -> Result<()> {
+    save_streamed_or_rescue(profile, spill, path, &super::file::rescue_dirs())
+}
+
+fn save_streamed_or_rescue(
+    profile: &Profile,
+    spill: SampleSpill,
+    path: &Path,
+    rescue_dirs: &[PathBuf],
+) -> Result<()> {
     let SampleSpill {
         out,
         dir,
@@ -163,11 +174,15 @@ pub fn save_streamed(profile: &Profile, spill: SampleSpill, path: &Path) -> Resu
     let mut crc = CrcWriter::new(std::io::sink());
     body(&mut crc).map_err(|e| spill_error(&dir, &e))?;
     let (body_crc, body_len) = (crc.crc().sum(), crc.crc().amount() as u64);
-    super::write_with(path, |f| {
+    let write = |f: &mut std::fs::File| -> std::io::Result<()> {
         f.write_all(&header(body_crc, body_len))?;
         let mut gz = GzEncoder::new(BufWriter::new(f), Compression::fast());
         body(&mut gz)?;
         gz.finish()?.flush()
+    };
+    super::write_with(path, write).map_err(|failed| {
+        let rescued = super::file::rescue(path, rescue_dirs, write);
+        super::file::rescue_error(failed, count, path, rescued)
     })
 }
 
@@ -218,10 +233,16 @@ mod tests {
             Path::new("/dev/null"),
         )
         .unwrap();
-        let e = save_streamed(
-            &p,
-            SampleSpill::create(&dir, 0).unwrap(),
+        // The output cannot be written: the samples are rescued as a recording of their own.
+        let mut spill = SampleSpill::create(&dir, p.start_ns).unwrap();
+        for s in &p.samples {
+            spill.push(s);
+        }
+        let e = save_streamed_or_rescue(
+            &tables_only,
+            spill,
             Path::new("/dev/full"),
+            &[PathBuf::from("/nonexistent-jvmperf"), dir.clone()],
         )
         .unwrap_err();
         assert!(
@@ -229,8 +250,24 @@ mod tests {
             "{}",
             e.message
         );
-        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
-        assert_eq!(names.len(), 1, "only the output: {names:?}");
+        let rescued: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|f| f != &out)
+            .collect();
+        assert_eq!(
+            rescued.len(),
+            1,
+            "the output and one rescued file: {rescued:?}"
+        );
+        assert!(
+            e.message
+                .contains(&format!("were saved to {}", rescued[0].display())),
+            "{}",
+            e.message
+        );
+        let r = parse(&std::fs::read(&rescued[0]).unwrap()).unwrap();
+        assert_eq!(r.samples, p.samples);
         std::fs::remove_dir_all(&dir).unwrap();
         let e = SampleSpill::create(Path::new("/nonexistent-jvmperf"), 0)
             .err()
