@@ -13,6 +13,8 @@ pub enum ErrorKind {
     NotJvm,
     /// The JVM refuses or cannot accept an attach (flags, signals, timeout, agent load failure).
     Attach,
+    /// Another jvmperf profiles the JVM (its shim serves one at a time).
+    Busy,
     /// We lack a permission (ptrace, perf, file ownership).
     Permission,
     /// The shim connection failed or sent something malformed.
@@ -33,7 +35,7 @@ impl ErrorKind {
             ErrorKind::Usage => 2,
             ErrorKind::NoProcess => 3,
             ErrorKind::NotJvm => 4,
-            ErrorKind::Attach => 5,
+            ErrorKind::Attach | ErrorKind::Busy => 5,
             ErrorKind::Permission => 6,
             ErrorKind::Shim => 7,
             ErrorKind::Sampling => 8,

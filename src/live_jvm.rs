@@ -1,5 +1,7 @@
 //! A live connection to a target JVM: preflight checks, attach, the shim session, and the code map
-//! it keeps current. Every command that needs Java names starts here.
+//! it keeps current. Every command that needs Java names starts here. A JVM that cannot be attached
+//! (stuck before a safepoint, attach disabled) is opened without the shim: its code map stays
+//! empty, and compiled frames are named from the JVM's own tables instead.
 
 use crate::attach;
 use crate::error::{err, ErrorKind, Result};
@@ -27,7 +29,8 @@ const FORGET_RETRY: Duration = Duration::from_secs(10);
 pub struct LiveJvm {
     pub process: TargetProcess,
     pub hotspot: HotSpot,
-    pub session: ShimSession,
+    /// None without the agent ([`LiveJvm::without_agent`]).
+    pub session: Option<ShimSession>,
     pub state: JitState,
     /// `DebugNonSafepoints` is on, so code compiled from now on has exact pc → inline mappings.
     pub debug_non_safepoints: bool,
@@ -53,7 +56,7 @@ impl LiveJvm {
         let mut live = LiveJvm {
             process,
             hotspot,
-            session,
+            session: Some(session),
             state: JitState::default(),
             debug_non_safepoints,
             time_to_hello,
@@ -80,36 +83,45 @@ impl LiveJvm {
         Ok(live)
     }
 
+    /// The JVM's memory and VMStructs only, nothing loaded into it: for a JVM that cannot be
+    /// attached. Its code map stays empty.
+    pub fn without_agent(pid: u32) -> Result<Self> {
+        let process = TargetProcess::open(pid)?;
+        let hotspot = HotSpot::open(&process)?;
+        Ok(LiveJvm {
+            process,
+            hotspot,
+            session: None,
+            state: JitState::default(),
+            debug_non_safepoints: false,
+            time_to_hello: Duration::ZERO,
+            time_to_code_map: Duration::ZERO,
+            forget_requested: None,
+            code_cache: None,
+        })
+    }
+
     /// Apply every frame that arrives within `timeout` (returns early once the socket is idle).
     pub fn pump(&mut self, timeout: Duration) -> Result<usize> {
         let deadline = Instant::now() + timeout;
         let mut n = 0;
-        while let Some(frame) = self
-            .session
-            .next(deadline.saturating_duration_since(Instant::now()))?
-        {
+        let Some(session) = self.session.as_mut() else {
+            return Ok(0);
+        };
+        while let Some(frame) = session.next(deadline.saturating_duration_since(Instant::now()))? {
             let mut frame = frame;
             if let protocol::Record::NmethodLoad(nm) = &mut frame.record {
-                nm.compiled = self.compiled_code(nm.code_addr, nm.code_size);
+                nm.compiled = compiled_code(
+                    &self.hotspot,
+                    &mut self.code_cache,
+                    nm.code_addr,
+                    nm.code_size,
+                );
             }
             self.state.apply(frame);
             n += 1;
         }
         Ok(n)
-    }
-
-    /// Tier and compile id of freshly loaded code, from its nmethod header. The code cache's heaps
-    /// are re-read when the code lies outside those known (the cache grew).
-    fn compiled_code(&mut self, code_addr: u64, code_size: u32) -> Option<CompiledCode> {
-        let (vs, mem) = (&self.hotspot.vmstructs, &self.hotspot.mem);
-        if self.code_cache.is_none() {
-            self.code_cache = CodeCache::discover(vs, mem);
-        }
-        let cc = self.code_cache.as_mut()?;
-        if !cc.contains(code_addr) {
-            cc.refresh(vs, mem);
-        }
-        cc.compiled_code(mem, code_addr, code_size)
     }
 
     /// Keep a long recording's memory bounded: forget code unloaded before `oldest` (the time of the
@@ -121,19 +133,29 @@ impl LiveJvm {
         let waiting = self.forget_requested.is_some_and(|(at, forgotten)| {
             forgotten == self.state.methods_forgotten && at.elapsed() < FORGET_RETRY
         });
+        let Some(session) = self.session.as_mut() else {
+            return Ok(());
+        };
         if !waiting && code.method_count() > 2 * self.state.methods_kept + METHOD_SLACK {
-            self.session.send(&protocol::encode_forget_methods(0))?;
+            session.send(&protocol::encode_forget_methods(0))?;
             self.forget_requested = Some((Instant::now(), self.state.methods_forgotten));
         }
         Ok(())
+    }
+
+    /// Send a command to the shim; nothing to send to without the agent.
+    pub fn send(&mut self, frame: &[u8]) -> Result<()> {
+        match self.session.as_mut() {
+            Some(session) => session.send(frame),
+            None => Ok(()),
+        }
     }
 
     /// Retransform the classes declaring `methods` (unchanged bytes), which deoptimizes their compiled
     /// code; the recompiled code carries exact pc → inline mappings. Waits for the shim's answer.
     pub fn retransform(&mut self, methods: &[u64]) -> Result<RetransformResult> {
         self.state.retransform = None;
-        self.session
-            .send(&protocol::encode_retransform(0, methods))?;
+        self.send(&protocol::encode_retransform(0, methods))?;
         let deadline = Instant::now() + Duration::from_secs(30);
         while self.state.retransform.is_none() {
             if Instant::now() >= deadline {
@@ -173,6 +195,25 @@ impl LiveJvm {
             }
         }
     }
+}
+
+/// Tier and compile id of freshly loaded code, from its nmethod header. The code cache's heaps
+/// are re-read when the code lies outside those known (the cache grew).
+fn compiled_code(
+    hotspot: &HotSpot,
+    code_cache: &mut Option<CodeCache>,
+    code_addr: u64,
+    code_size: u32,
+) -> Option<CompiledCode> {
+    let (vs, mem) = (&hotspot.vmstructs, &hotspot.mem);
+    if code_cache.is_none() {
+        *code_cache = CodeCache::discover(vs, mem);
+    }
+    let cc = code_cache.as_mut()?;
+    if !cc.contains(code_addr) {
+        cc.refresh(vs, mem);
+    }
+    cc.compiled_code(mem, code_addr, code_size)
 }
 
 /// Methods whose code was compiled before we attached and so may lack exact inline mappings, limited

@@ -313,6 +313,10 @@ impl Symbolizer {
                 }
                 return Some(precise);
             }
+            RawFrame::Scoped { ref methods, .. } => {
+                self.frames_from_scopes(profile, methods, out);
+                return Some(false);
+            }
             RawFrame::Interpreted { method, bci } => {
                 let named = walker.method_names.get(method);
                 let key = (method, bci, named.map_or(u32::MAX, |(_, version)| version));

@@ -31,11 +31,18 @@ pub enum RawFrame {
         method: u64,
         bci: i32,
     },
+    /// Compiled Java code named from its nmethod's own debug info when it was walked (a JVM
+    /// profiled without the agent).
+    Scoped { pc: u64, methods: ScopeChain },
     Stub {
         pc: u64,
         blob: Arc<str>,
     },
 }
+
+/// The Java methods at a pc of compiled code: (`Method*`, bci), innermost first, the nmethod's
+/// own method last.
+pub type ScopeChain = Arc<[(u64, i32)]>;
 
 /// Why a walk stopped before reaching the thread's root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

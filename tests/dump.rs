@@ -1,5 +1,6 @@
-//! `jvmperf dump` against real JVMs: a healthy one, and one stuck before a safepoint where jstack
-//! hangs. Neither is attached to; both run on afterwards.
+//! Seeing into a JVM without attaching to it, against real JVMs: `jvmperf dump` of a healthy one
+//! and of one stuck before a safepoint (where jstack hangs), and `jvmperf record` without the
+//! agent (by itself on the stuck JVM, or with `--no-agent`). The JVMs run on afterwards.
 
 mod common;
 
@@ -98,7 +99,7 @@ fn dump_of_a_healthy_jvm_lists_every_worker_with_its_java_frames() {
 }
 
 #[test]
-fn dump_of_a_jvm_stuck_before_a_safepoint_shows_every_thread() {
+fn a_jvm_stuck_before_a_safepoint_is_dumped_and_profiled_without_attach() {
     let jvm = Jvm::start(
         &["-XX:-UseCountedLoopSafepoints", "-XX:LoopStripMiningIter=0"],
         "bench.Stuck",
@@ -166,6 +167,98 @@ fn dump_of_a_jvm_stuck_before_a_safepoint_shows_every_thread() {
     assert_eq!(threads, tasks, "every thread is in the dump");
     assert!(jvm.is_alive());
     assert_no_thread_held(jvm.pid);
+
+    // record cannot attach (the Attach Listener never starts) and profiles it without the agent.
+    let stacks = record(jvm.pid, &[]);
+    let spinner: Vec<&(String, u64)> = stacks
+        .iter()
+        .filter(|(stack, _)| stack.starts_with("spinner;"))
+        .collect();
+    let total: u64 = spinner.iter().map(|(_, n)| n).sum();
+    let spinning: u64 = spinner
+        .iter()
+        .filter(|(stack, _)| top_java_frame(stack) == Some("bench.Stuck.spin"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(total >= 50, "too few spinner samples: {stacks:?}");
+    assert!(
+        spinning * 10 >= total * 9,
+        "bench.Stuck.spin on top in {spinning} of {total} spinner samples"
+    );
+    assert!(jvm.is_alive());
+    // jstack's trigger file remains (it was killed while waiting).
+    let _ = std::fs::remove_file(workspace().join(format!(".attach_pid{}", jvm.pid)));
+}
+
+/// `record -d 3 --threads` of `pid` with `extra` options: the collapsed stacks and counts, and
+/// its stderr must say it profiled without the agent.
+fn record(pid: u32, extra: &[&str]) -> Vec<(String, u64)> {
+    let out = std::env::temp_dir().join(format!("jvmperf-noagent-{pid}.collapsed"));
+    let pid = pid.to_string();
+    let mut args = vec![
+        "record",
+        "-p",
+        &pid,
+        "-d",
+        "3",
+        "-F",
+        "499",
+        "--threads",
+        "-o",
+    ];
+    args.push(out.to_str().unwrap());
+    args.extend_from_slice(extra);
+    let res = run_jvmperf(&args);
+    let err = stderr_of(&res);
+    assert!(res.status.success(), "record failed: {err}");
+    assert!(err.contains("without the agent"), "{err}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let _ = std::fs::remove_file(&out);
+    text.lines()
+        .filter_map(|l| {
+            let (stack, n) = l.rsplit_once(' ')?;
+            Some((stack.to_string(), n.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The leaf-most Java frame of a collapsed stack, without its `_[x]` suffix.
+fn top_java_frame(stack: &str) -> Option<&str> {
+    stack.split(';').rev().find_map(|f| {
+        let (name, kind) = f.rsplit_once("_[")?;
+        matches!(kind, "j]" | "1]" | "i]" | "0]").then_some(name)
+    })
+}
+
+/// `--no-agent` on a healthy JVM: nothing is loaded into it, and the methods inlined into compiled
+/// code are still named (from the nmethod's debug info, as each sample is walked).
+#[test]
+fn record_without_the_agent_names_inlined_frames() {
+    let jvm = Jvm::start(
+        &[
+            "-XX:+UnlockDiagnosticVMOptions",
+            "-XX:+DebugNonSafepoints",
+            "-XX:CompileCommand=quiet",
+            "-XX:CompileCommand=inline,bench.InlineHot::helper",
+            "-XX:CompileCommand=dontinline,bench.InlineHot::hotLoop",
+        ],
+        "bench.InlineHot",
+        &[],
+    );
+    let stacks = record(jvm.pid, &["--no-agent"]);
+    let inlined: u64 = stacks
+        .iter()
+        .filter(|(s, _)| s.contains("bench.InlineHot.hotLoop_[j];bench.InlineHot.helper_[i]"))
+        .map(|(_, n)| n)
+        .sum();
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    assert!(
+        inlined * 2 >= total,
+        "helper inlined into hotLoop in {inlined} of {total} samples: {stacks:?}"
+    );
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", jvm.pid)).unwrap();
+    assert!(!maps.contains("jvmperf-shim"), "the shim was loaded");
+    assert!(jvm.is_alive());
 }
 
 /// Methods inlined into compiled code are decoded from the nmethod's own debug info: the

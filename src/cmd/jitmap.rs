@@ -58,11 +58,12 @@ pub fn run(opts: &JitmapOptions) -> Result<()> {
             live.state.dropped_records
         ));
     }
+    let (vm_name, vm_version) = live.session.as_ref().map_or(("", ""), |s| {
+        (&s.hello.vm_name[..], &s.hello.vm_version[..])
+    });
     let header = format!(
-        "# jitmap of JVM {} ({} {}), DebugNonSafepoints {}\n",
+        "# jitmap of JVM {} ({vm_name} {vm_version}), DebugNonSafepoints {}\n",
         live.process.pid,
-        live.session.hello.vm_name,
-        live.session.hello.vm_version,
         if live.debug_non_safepoints {
             "on"
         } else {

@@ -1,7 +1,7 @@
 //! `jvmperf record`: run the recording engine on one JVM for a duration (or until Ctrl-C / SIGTERM
 //! / the target's exit), then write the profile in the format asked for and a summary.
 
-use crate::engine::{Engine, EngineOptions, Recording};
+use crate::engine::{Agent, Engine, EngineOptions, Recording};
 use crate::error::{Error, ErrorKind, Result};
 use crate::output::{self, Format, OutputOptions, SampleSpill};
 use crate::sampler::SamplerStats;
@@ -50,6 +50,11 @@ pub struct RecordOptions {
     /// Recompile hot code compiled before the attach so inlined frames are exact.
     #[arg(long)]
     pub precise_inlining: bool,
+    /// Do not attach: name compiled frames (and their inlined methods) from the JVM's own tables,
+    /// as jvmperf does by itself when the JVM cannot be attached (stuck before a safepoint,
+    /// attach disabled).
+    #[arg(long, conflicts_with = "precise_inlining")]
+    pub no_agent: bool,
     /// Print a status line to stderr every this many seconds: samples, lost, distinct stacks,
     /// jvmperf's memory and the shim's memory inside the JVM.
     #[arg(long, value_name = "SECONDS", value_parser = crate::cli::seconds)]
@@ -79,8 +84,22 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         kernel: opts.kernel,
         precise_inlining: opts.precise_inlining,
         spill,
+        agent: if opts.no_agent {
+            Agent::Off
+        } else {
+            Agent::Fallback
+        },
         keep_sample_times: false,
     })?;
+    if let Some(why) = engine.agentless() {
+        eprintln!(
+            "jvmperf: profiling JVM {} without the agent ({why}): compiled frames and the methods \
+             inlined into them are named from the JVM's own tables as each sample is walked (no \
+             attach, nothing loaded into the JVM); a method whose class is unloaded before naming \
+             is [unknown Method*]",
+            opts.pid
+        );
+    }
     let progress = std::io::stderr().is_terminal();
     let mut last_status = Instant::now();
     while engine.ended().is_none() {

@@ -1,8 +1,11 @@
 //! Walked samples waiting to be named: raw stacks interned (raw frames are stable per code
 //! address; names depend on time) and the samples that point at them.
 
+use crate::hotspot::scopes::ScopeLayout;
+use crate::hotspot::HotSpot;
 use crate::live_jvm::LiveJvm;
-use crate::walker::{RawFrame, StackWalker};
+use crate::target::ProcessMemory;
+use crate::walker::{RawFrame, ScopeChain, StackWalker};
 use foldhash::HashMap;
 
 /// A sample as walked, before symbolization.
@@ -23,11 +26,44 @@ pub(super) struct Collected {
     pub samples: Vec<RawSample>,
     pub walked: u64,
     pub rooted: u64,
+    /// Without the agent: compiled frames are named from their nmethod's debug info as they are
+    /// walked, while the code still exists.
+    scopes: Option<Scopes>,
+}
+
+/// Decoded debug info of compiled code, by (pc, is a return address), until the code changes.
+struct Scopes {
+    layout: ScopeLayout,
+    mem: ProcessMemory,
+    at: HashMap<(u64, bool), Option<ScopeChain>>,
 }
 
 impl Collected {
+    /// Collects samples of a JVM profiled without the agent: compiled frames become
+    /// [`RawFrame::Scoped`] (when the JVM's VMStructs describe its debug info).
+    pub fn decoding_scopes(hotspot: &HotSpot) -> Self {
+        Collected {
+            scopes: ScopeLayout::discover(&hotspot.vmstructs, &hotspot.mem).map(|layout| Scopes {
+                layout,
+                mem: hotspot.mem,
+                at: HashMap::default(),
+            }),
+            ..Collected::default()
+        }
+    }
+
+    /// Forget decoded debug info: code may have been freed and its addresses reused.
+    pub fn code_changed(&mut self) {
+        if let Some(scopes) = self.scopes.as_mut() {
+            scopes.at.clear();
+        }
+    }
+
     pub fn add(&mut self, walker: &mut StackWalker, s: &crate::sampler::Sample<'_>) {
-        let walk = walker.walk(&s.regs, s.stack);
+        let mut walk = walker.walk(&s.regs, s.stack);
+        if let Some(scopes) = self.scopes.as_mut() {
+            scopes.decode(walker, &mut walk.frames);
+        }
         self.walked += 1;
         self.rooted += u64::from(walk.rooted);
         let stack = match self.ids.get(&walk.frames) {
@@ -87,5 +123,30 @@ impl Collected {
             .collect();
         hot.sort_by_key(|&(_, c)| std::cmp::Reverse(c));
         hot.into_iter().take(64).map(|(m, _)| m).collect()
+    }
+}
+
+impl Scopes {
+    /// Replaces each compiled frame whose methods its nmethod's debug info gives.
+    fn decode(&mut self, walker: &mut StackWalker, frames: &mut [RawFrame]) {
+        for (i, frame) in frames.iter_mut().enumerate() {
+            let RawFrame::Compiled { pc, .. } = *frame else {
+                continue;
+            };
+            let exact = i > 0;
+            let (layout, mem) = (&self.layout, &self.mem);
+            let methods = self
+                .at
+                .entry((pc, exact))
+                .or_insert_with(|| {
+                    let blob = walker.blob_for(pc)?;
+                    let chain = layout.methods_at(mem, blob.start, blob.code_begin, pc, exact)?;
+                    Some(chain.into())
+                })
+                .clone();
+            if let Some(methods) = methods {
+                *frame = RawFrame::Scoped { pc, methods };
+            }
+        }
     }
 }

@@ -11,7 +11,7 @@
 mod collect;
 mod naming;
 
-use crate::error::Result;
+use crate::error::{ErrorKind, Result};
 use crate::live_jvm::LiveJvm;
 use crate::native::NativeUnwinder;
 use crate::output::SampleSpill;
@@ -41,6 +41,19 @@ pub struct EngineOptions {
     /// Keep every sample with its time in memory (without a spill), for intervals written as
     /// `.jvmperf` files.
     pub keep_sample_times: bool,
+    pub agent: Agent,
+}
+
+/// Whether the shim is loaded into the JVM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Agent {
+    /// Attach, or fail.
+    Required,
+    /// Attach; if the JVM cannot be attached (stuck before a safepoint, attach disabled), profile
+    /// it without the agent.
+    Fallback,
+    /// Never attach: compiled frames are named from the JVM's own tables.
+    Off,
 }
 
 /// Naming work per turn of the sampling loop: the ring buffers hold ~50 ms of samples.
@@ -74,6 +87,8 @@ pub struct Engine {
     precise_requested: bool,
     /// Why sampling cannot go on (the target exited, its shim stopped serving us).
     ended: Option<String>,
+    /// Why the JVM is profiled without the agent, if it is.
+    agentless: Option<String>,
     /// Where the interval not yet taken starts (sample time), and the sampler's counts then.
     interval_start_ns: u64,
     interval_base: SamplerStats,
@@ -134,9 +149,26 @@ impl Engine {
             },
         )?;
         sampler.disable();
-        let live = LiveJvm::attach(opts.pid)?;
+        let (live, agentless) = match opts.agent {
+            Agent::Required => (LiveJvm::attach(opts.pid)?, None),
+            Agent::Off => (
+                LiveJvm::without_agent(opts.pid)?,
+                Some("--no-agent".to_string()),
+            ),
+            Agent::Fallback => match LiveJvm::attach(opts.pid) {
+                Ok(live) => (live, None),
+                Err(e) if e.kind == ErrorKind::Attach => {
+                    (LiveJvm::without_agent(opts.pid)?, Some(e.message))
+                }
+                Err(e) => return Err(e),
+            },
+        };
         let native = NativeUnwinder::new(&live.process)?;
         let walker = StackWalker::new(&live.hotspot, native);
+        let collected = match agentless {
+            Some(_) => Collected::decoding_scopes(&live.hotspot),
+            None => Collected::default(),
+        };
         sampler.enable();
         let start_ns = crate::profile::monotonic_now_ns();
         let warming = Some(WarmingSymbols::start(&walker.native));
@@ -146,7 +178,7 @@ impl Engine {
             sampler,
             live,
             walker,
-            collected: Collected::default(),
+            collected,
             warming,
             symbolizer: None,
             named: Named::new(opts.spill, opts.keep_sample_times, opts.max_stacks),
@@ -158,6 +190,7 @@ impl Engine {
             known_threads: 0,
             precise_requested: !opts.precise_inlining,
             ended: None,
+            agentless,
             interval_start_ns: start_ns,
             interval_base: SamplerStats::default(),
         })
@@ -183,8 +216,11 @@ impl Engine {
             self.ended = Some(e.to_string());
             return Ok(());
         }
-        if self.live.state.code_events != code_before {
+        // Without the agent nothing says when code is freed and its addresses reused: what was
+        // learned about code is forgotten every turn.
+        if self.live.state.code_events != code_before || self.agentless.is_some() {
             self.walker.code_changed(&self.live.hotspot);
+            self.collected.code_changed();
         }
         self.follow_new_threads();
         if self.warming.as_ref().is_some_and(|w| w.is_finished()) {
@@ -204,9 +240,7 @@ impl Engine {
             self.precise_requested = true;
             let hot = self.collected.hot_replayed_methods(&self.live);
             if !hot.is_empty() {
-                self.live
-                    .session
-                    .send(&protocol::encode_retransform(0, &hot))?;
+                self.live.send(&protocol::encode_retransform(0, &hot))?;
             }
         }
         Ok(())
@@ -314,6 +348,11 @@ impl Engine {
         );
         symbolizer.debug_info_cpu = cpu;
         symbolizer
+    }
+
+    /// Why the JVM is profiled without the agent, if it is.
+    pub fn agentless(&self) -> Option<&str> {
+        self.agentless.as_deref()
     }
 
     /// Why sampling cannot go on, if it cannot.

@@ -101,7 +101,7 @@ impl ShimSession {
                 ..
             }) => {
                 return err(
-                    ErrorKind::Attach,
+                    ErrorKind::Busy,
                     format!(
                         "another jvmperf (pid {daemon_pid}) is already profiling JVM {}; wait for it to finish or stop it",
                         process.pid

@@ -3,7 +3,7 @@
 
 use super::discovery::{file_safe, FoundJvm};
 use super::push::{Push, Queue};
-use crate::engine::{Engine, EngineOptions, Interval};
+use crate::engine::{Agent, Engine, EngineOptions, Interval};
 use crate::output::{self, Format, OutputOptions};
 use crate::profile::WallInterval;
 use std::path::{Path, PathBuf};
@@ -72,6 +72,8 @@ pub fn run(jvm: FoundJvm, shared: Arc<Shared>) {
         precise_inlining: false,
         spill: None,
         keep_sample_times: shared.format == Format::Raw,
+        // A JVM that cannot be attached is logged and left alone.
+        agent: Agent::Required,
     });
     let mut engine = match started {
         Ok(e) => e,
