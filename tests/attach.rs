@@ -108,7 +108,7 @@ fn attaches_twice_and_maps_inlined_helper_with_lines() {
 }
 
 #[test]
-fn non_jvm_dead_pid_and_disabled_attach_fail_cleanly() {
+fn non_jvm_dead_pid_and_disabled_attach_fail_cleanly_and_record_goes_without_the_agent() {
     let mut sleeper = Command::new("sleep").arg("60").spawn().unwrap();
     let out = run_jvmperf(&["jitmap", "-p", &sleeper.id().to_string()]);
     assert_one_line_error(&out, 4, "is not a HotSpot JVM");
@@ -132,6 +132,26 @@ fn non_jvm_dead_pid_and_disabled_attach_fail_cleanly() {
         report.contains("FAIL attach") && report.contains("DisableAttachMechanism"),
         "{report}"
     );
+    // record profiles it without the agent, and says why.
+    let out = std::env::temp_dir().join(format!("jvmperf-noattach-{}.collapsed", jvm.pid));
+    let rec = run_jvmperf(&[
+        "record",
+        "-p",
+        &jvm.pid.to_string(),
+        "-d",
+        "2",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let err = stderr_of(&rec);
+    assert!(rec.status.success(), "{err}");
+    assert!(
+        err.contains("without the agent") && err.contains("DisableAttachMechanism"),
+        "{err}"
+    );
+    let stacks = std::fs::read_to_string(&out).unwrap();
+    let _ = std::fs::remove_file(&out);
+    assert!(stacks.contains("bench.InlineHot.hotLoop"), "{stacks}");
     std::thread::sleep(Duration::from_millis(200));
     assert!(jvm.is_alive());
     assert!(!jvm.printed_thread_dump(), "the JVM was signalled");
