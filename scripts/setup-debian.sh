@@ -7,7 +7,7 @@ set -euo pipefail
 # golang-go brings Go's pprof (`go tool pprof`), which the tests use to read jvmperf's pprof files.
 # tests/tomcat.rs runs Debian's Tomcat 10 with its JSP examples (own CATALINA_BASE, loopback port)
 # under wrk.
-packages=(openjdk-17-jdk-headless gcc libc6-dev golang-go tomcat10 tomcat10-examples wrk)
+packages=(openjdk-17-jdk-headless gcc libc6-dev golang-go tomcat10 tomcat10-examples wrk tmux)
 # Debug info for libjvm gives native HotSpot frames their names; it must match the JDK's exact version.
 optional=(openjdk-17-dbg linux-perf dwz libc6-dbg)
 

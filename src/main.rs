@@ -26,6 +26,8 @@ enum Command {
     /// Print every thread's stack at one instant, like jstack, without attaching to the JVM or
     /// waiting for a safepoint (works on a stuck JVM).
     Dump(cmd::dump::DumpOptions),
+    /// A live view of a JVM's hottest methods (self and total), refreshed every second.
+    Top(cmd::top::TopOptions),
     /// Sample a running JVM and write a flame graph, collapsed stacks, iprof, pprof or a raw
     /// recording.
     Record(cmd::record::RecordOptions),
@@ -65,6 +67,7 @@ fn main() {
         Command::Doctor { pid } => cmd::doctor::run(pid),
         Command::Dump(opts) => cmd::dump::run(&opts),
         Command::Record(opts) => cmd::record::run(&opts),
+        Command::Top(opts) => cmd::top::run(&opts),
         Command::Jitmap(opts) => cmd::jitmap::run(&opts),
         Command::Convert(opts) => cmd::convert::run(&opts),
         Command::Report(opts) => cmd::report::run(&opts),

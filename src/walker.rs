@@ -33,7 +33,10 @@ pub enum RawFrame {
     },
     /// Compiled Java code named from its nmethod's own debug info when it was walked (a JVM
     /// profiled without the agent).
-    Scoped { pc: u64, methods: ScopeChain },
+    Scoped {
+        pc: u64,
+        methods: ScopeChain,
+    },
     Stub {
         pc: u64,
         blob: Arc<str>,

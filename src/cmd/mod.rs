@@ -10,3 +10,4 @@ pub mod reachability;
 pub mod record;
 pub mod report;
 pub mod report_jit;
+pub mod top;

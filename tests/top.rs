@@ -1,0 +1,121 @@
+//! `jvmperf top` in a real terminal: tmux (a private server) runs it against a real JVM; the hot
+//! method must come on screen, and `q` and Ctrl-C must each end it with the terminal restored
+//! (the shell's screen back, the line discipline out of raw mode).
+
+mod common;
+
+use common::*;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// A tmux server of this test's own, killed when dropped.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start(name: &str) -> Tmux {
+        let tmux = Tmux {
+            socket: format!("jvmperf-top-{name}-{}", std::process::id()),
+        };
+        let out = tmux.run(&[
+            "new-session",
+            "-d",
+            "-s",
+            "t",
+            "-x",
+            "150",
+            "-y",
+            "40",
+            "sh",
+        ]);
+        assert!(
+            out.status.success(),
+            "tmux: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        tmux
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("tmux")
+            .args(["-L", &self.socket, "-f", "/dev/null"])
+            .args(args)
+            .output()
+            .expect("tmux (installed by scripts/setup-debian.sh)")
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "t"];
+        args.extend_from_slice(keys);
+        assert!(self.run(&args).status.success());
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "t"]).stdout).into_owned()
+    }
+
+    /// Waits until the screen satisfies `done`; returns it.
+    fn wait_for(&self, what: &str, timeout: Duration, done: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let screen = self.screen();
+            if done(&screen) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {what} within {timeout:?}:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+/// Runs top in the pane until the hot method shows, quits it with `quit_keys`, and checks the
+/// terminal is the shell's again, in cooked mode.
+fn top_then_quit(pid: u32, quit_keys: &[&str], name: &str) {
+    let tmux = Tmux::start(name);
+    let cmd = format!("{} top -p {pid}", env!("CARGO_BIN_EXE_jvmperf"));
+    tmux.keys(&[&cmd, "Enter"]);
+    tmux.wait_for("hot method", Duration::from_secs(60), |s| {
+        s.contains("SELF%") && s.contains("bench.InlineHot.hotLoop")
+    });
+    tmux.keys(quit_keys);
+    tmux.wait_for("the shell's screen", Duration::from_secs(10), |s| {
+        !s.contains("SELF%")
+    });
+    let modes = std::env::temp_dir().join(format!("jvmperf-top-stty-{name}-{pid}"));
+    let _ = std::fs::remove_file(&modes);
+    // Written whole, then renamed: the file exists only once stty has finished.
+    let cmd = format!("stty -a > {0}.tmp && mv {0}.tmp {0}", modes.display());
+    tmux.keys(&[&cmd, "Enter"]);
+    tmux.wait_for("stty's output", Duration::from_secs(10), |_| modes.exists());
+    let stty = std::fs::read_to_string(&modes).unwrap_or_default();
+    let _ = std::fs::remove_file(&modes);
+    let flags: Vec<&str> = stty.split_whitespace().collect();
+    for mode in ["icanon", "echo", "isig"] {
+        assert!(flags.contains(&mode), "{mode} is off after top: {stty}");
+    }
+}
+
+#[test]
+fn top_shows_the_hot_method_and_quits_cleanly_on_q_and_ctrl_c() {
+    let jvm = Jvm::start(
+        &[
+            "-XX:CompileCommand=quiet",
+            "-XX:CompileCommand=dontinline,bench.InlineHot::hotLoop",
+        ],
+        "bench.InlineHot",
+        &[],
+    );
+    top_then_quit(jvm.pid, &["q"], "q");
+    top_then_quit(jvm.pid, &["C-c"], "ctrl-c");
+    assert!(jvm.is_alive());
+}
