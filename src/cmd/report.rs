@@ -73,8 +73,6 @@ fn stack_keys(profile: &Profile) -> StackKeys {
         .map(|f| {
             let key = match f.kind {
                 FrameKind::Thread => return None,
-                // The leaf of time in the kernel without its call chain is named `[kernel]`.
-                FrameKind::Kernel if f.name == "[kernel]" => f.name.clone(),
                 FrameKind::Kernel => format!("{} [kernel]", f.name),
                 _ => f.name.clone(),
             };
