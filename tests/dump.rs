@@ -9,6 +9,16 @@ use serde_json::Value;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// InlineHot with its helper inlined into hotLoop, and debug info at every instruction (code
+/// compiled without an attach has it only if the JVM was started so).
+const INLINE_HOT_FLAGS: &[&str] = &[
+    "-XX:+UnlockDiagnosticVMOptions",
+    "-XX:+DebugNonSafepoints",
+    "-XX:CompileCommand=quiet",
+    "-XX:CompileCommand=inline,bench.InlineHot::helper",
+    "-XX:CompileCommand=dontinline,bench.InlineHot::hotLoop",
+];
+
 fn dump_json(pid: u32) -> Value {
     let started = Instant::now();
     let out = run_jvmperf(&["dump", "-p", &pid.to_string(), "--json"]);
@@ -234,17 +244,7 @@ fn top_java_frame(stack: &str) -> Option<&str> {
 /// code are still named (from the nmethod's debug info, as each sample is walked).
 #[test]
 fn record_without_the_agent_names_inlined_frames() {
-    let jvm = Jvm::start(
-        &[
-            "-XX:+UnlockDiagnosticVMOptions",
-            "-XX:+DebugNonSafepoints",
-            "-XX:CompileCommand=quiet",
-            "-XX:CompileCommand=inline,bench.InlineHot::helper",
-            "-XX:CompileCommand=dontinline,bench.InlineHot::hotLoop",
-        ],
-        "bench.InlineHot",
-        &[],
-    );
+    let jvm = Jvm::start(INLINE_HOT_FLAGS, "bench.InlineHot", &[]);
     let stacks = record(jvm.pid, &["--no-agent"]);
     let inlined: u64 = stacks
         .iter()
@@ -265,17 +265,7 @@ fn record_without_the_agent_names_inlined_frames() {
 /// forced-inline helper shows as an inlined frame over its compiled caller.
 #[test]
 fn dump_names_inlined_frames_from_the_nmethods_debug_info() {
-    let jvm = Jvm::start(
-        &[
-            "-XX:+UnlockDiagnosticVMOptions",
-            "-XX:+DebugNonSafepoints",
-            "-XX:CompileCommand=quiet",
-            "-XX:CompileCommand=inline,bench.InlineHot::helper",
-            "-XX:CompileCommand=dontinline,bench.InlineHot::hotLoop",
-        ],
-        "bench.InlineHot",
-        &[],
-    );
+    let jvm = Jvm::start(INLINE_HOT_FLAGS, "bench.InlineHot", &[]);
     let inlined = (0..5).any(|_| {
         let dump = dump_json(jvm.pid);
         dump["threads"].as_array().unwrap().iter().any(|t| {
