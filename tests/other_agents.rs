@@ -33,7 +33,7 @@ fn a_second_read_only_mapping_of_libjvm_is_not_taken_for_the_loaded_one() {
 /// `jcmd <pid> <command>` from the test JDK, in a loop until `stop`; returns how many ran.
 fn jcmd_loop(
     pid: u32,
-    command: &'static [&'static str],
+    command: Vec<String>,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<usize> {
     std::thread::spawn(move || {
@@ -41,7 +41,7 @@ fn jcmd_loop(
         while !stop.load(Ordering::Relaxed) {
             let _ = Command::new(java_home().join("bin/jcmd"))
                 .arg(pid.to_string())
-                .args(command)
+                .args(&command)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status();
@@ -63,8 +63,17 @@ fn attaches_while_jcmd_attaches_too() {
         let jvm = Jvm::start(&[], "bench.InlineHot", &[]);
         assert!(!std::path::Path::new(&format!("/tmp/.java_pid{}", jvm.pid)).exists());
         let stop = Arc::new(AtomicBool::new(false));
-        let versions = jcmd_loop(jvm.pid, &["VM.version"], stop.clone());
-        let jfr = jcmd_loop(jvm.pid, &["JFR.start", "duration=2s"], stop.clone());
+        let versions = jcmd_loop(jvm.pid, vec!["VM.version".into()], stop.clone());
+        // The recordings go to the test's directory, not the JVM's working directory.
+        let jfr_file = format!(
+            "filename={}",
+            dir.join(format!("round{round}.jfr")).display()
+        );
+        let jfr = jcmd_loop(
+            jvm.pid,
+            vec!["JFR.start".into(), "duration=2s".into(), jfr_file],
+            stop.clone(),
+        );
         let out_file = dir.join(format!("round{round}.collapsed"));
         let out = run_jvmperf(&[
             "record",
