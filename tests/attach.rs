@@ -129,7 +129,9 @@ fn non_jvm_dead_pid_and_disabled_attach_fail_cleanly_and_record_goes_without_the
     assert_eq!(doctor.status.code(), Some(5));
     let report = String::from_utf8_lossy(&doctor.stdout);
     assert!(
-        report.contains("FAIL attach") && report.contains("DisableAttachMechanism"),
+        report.contains("FAIL attach")
+            && report.contains("DisableAttachMechanism")
+            && report.contains("work without the agent"),
         "{report}"
     );
     // record profiles it without the agent, and says why.

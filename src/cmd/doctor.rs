@@ -201,7 +201,15 @@ fn jvm_checks(process: &TargetProcess, out: &mut Vec<Check>) -> Option<HotSpot> 
     ));
     let flags = attach::read_attach_flags(&jvm);
     out.push(match attach::check_flags(process, &flags) {
-        Err(e) => check(Verdict::Fail, "attach", e.message),
+        Err(e) => check(
+            Verdict::Fail,
+            "attach",
+            format!(
+                "{}; `record`, `top` and `dump` work without the agent (frames named from the \
+                 JVM's own tables), `jitmap` and `daemon` need it",
+                e.message
+            ),
+        ),
         Ok(()) => {
             let socket = process
                 .path_in_root(std::path::Path::new(&format!("/tmp/.java_pid{}", process.nspid)))

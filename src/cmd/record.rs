@@ -1,7 +1,7 @@
 //! `jvmperf record`: run the recording engine on one JVM for a duration (or until Ctrl-C / SIGTERM
 //! / the target's exit), then write the profile in the format asked for and a summary.
 
-use crate::engine::{Agent, Engine, EngineOptions, Recording};
+use crate::engine::{Agent, Engine, EngineOptions, Recording, Wall};
 use crate::error::{Error, ErrorKind, Result};
 use crate::output::{self, Format, OutputOptions, SampleSpill};
 use crate::sampler::SamplerStats;
@@ -44,6 +44,14 @@ pub struct RecordOptions {
     /// Add the thread name as each stack's root frame.
     #[arg(long)]
     pub threads: bool,
+    /// Wall-clock time: every thread counts at the rate whether it runs or not, so sleeping,
+    /// parking, lock waits, I/O and waiting for a CPU show with their share of the time (each
+    /// context switch costs the thread a stack sample; see the README).
+    #[arg(long)]
+    pub wall: bool,
+    /// With --wall, keep threads that were blocked for the whole recording.
+    #[arg(long, requires = "wall")]
+    pub idle: bool,
     /// Include kernel frames (needs perf_event_paranoid <= 1 or CAP_PERFMON).
     #[arg(long)]
     pub kernel: bool,
@@ -90,6 +98,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             Agent::Fallback
         },
         keep_sample_times: false,
+        wall: opts.wall.then_some(Wall { idle: opts.idle }),
     })?;
     if let Some(why) = engine.agentless() {
         eprintln!(
@@ -188,6 +197,22 @@ fn print_summary(opts: &RecordOptions, r: &Recording, naming_took: Duration) {
         r.debug_info_cpu.as_secs_f64(),
         r.symbol_caches
     );
+    if let Some(w) = &r.wall {
+        let periods = (w.on_cpu + w.off_cpu).max(1) as f64;
+        let idle = match (w.idle_threads, w.idle_kept) {
+            (0, _) => String::new(),
+            (n, true) => format!("; {n} threads blocked all along are kept (--idle)"),
+            (n, false) => {
+                format!("; {n} threads blocked all along are left out (--idle keeps them)")
+            }
+        };
+        eprintln!(
+            "jvmperf: wall clock: {:.1}% of the threads' time on a CPU, {:.1}% off one (blocked, or waiting for a CPU), from {} context switches{idle}",
+            100.0 * w.on_cpu as f64 / periods,
+            100.0 * w.off_cpu as f64 / periods,
+            r.stats.switches
+        );
+    }
     if let Some(note) = r.ring_note.as_ref().filter(|_| r.stats.lost > 0) {
         eprintln!("jvmperf: {note}");
     }

@@ -69,6 +69,7 @@ pub fn run(opts: &TopOptions) -> Result<()> {
         spill: None,
         keep_sample_times: false,
         agent: Agent::Fallback,
+        wall: None,
     })?;
     let mut view = View {
         pid: opts.pid,

@@ -1,20 +1,25 @@
 //! Walked samples waiting to be named: raw stacks interned (raw frames are stable per code
 //! address; names depend on time) and the samples that point at them.
 
+use super::wall::OffCpu;
 use crate::hotspot::scopes::ScopeLayout;
 use crate::hotspot::HotSpot;
 use crate::live_jvm::LiveJvm;
+use crate::sampler::{Sample, SampleKind};
 use crate::target::ProcessMemory;
 use crate::walker::{RawFrame, ScopeChain, StackWalker};
 use foldhash::HashMap;
 
 /// A sample as walked, before symbolization.
+#[derive(Clone)]
 pub(super) struct RawSample {
     pub time: u64,
     pub tid: u32,
     pub stack: u32,
     pub kernel: Vec<u64>,
     pub in_kernel: bool,
+    /// Periods it counts for: 1 on a CPU, the periods spent off one in wall-clock mode.
+    pub weight: u64,
 }
 
 /// Walked stacks, interned (raw frames are stable per code address; names depend on time), and
@@ -29,6 +34,8 @@ pub(super) struct Collected {
     /// Without the agent: compiled frames are named from their nmethod's debug info as they are
     /// walked, while the code still exists.
     scopes: Option<Scopes>,
+    /// Wall-clock mode: threads off a CPU.
+    pub wall: Option<OffCpu>,
 }
 
 /// Decoded debug info of compiled code, by (pc, is a return address), until the code changes.
@@ -59,7 +66,52 @@ impl Collected {
         }
     }
 
-    pub fn add(&mut self, walker: &mut StackWalker, s: &crate::sampler::Sample<'_>) {
+    /// A sample (or, in wall-clock mode, a thread's switch) from the sampler.
+    pub fn add(&mut self, walker: &mut StackWalker, s: &Sample<'_>) {
+        let Some(wall) = self.wall.as_mut() else {
+            let raw = self.walk(walker, s);
+            self.samples.push(raw);
+            return;
+        };
+        match s.kind {
+            SampleKind::SwitchIn => wall.switched_in(s.tid, s.time, &mut self.samples),
+            SampleKind::OnCpu => {
+                wall.on_cpu(s.tid);
+                let raw = self.walk(walker, s);
+                self.samples.push(raw);
+            }
+            SampleKind::SwitchOut => {
+                let raw = self.walk(walker, s);
+                if let Some(wall) = self.wall.as_mut() {
+                    wall.switched_out(raw);
+                }
+            }
+        }
+    }
+
+    /// Wall-clock mode: the stack of a thread blocked since before the recording started.
+    pub fn add_blocked_at_start(&mut self, walker: &mut StackWalker, s: &Sample<'_>) {
+        let raw = self.walk(walker, s);
+        if let Some(wall) = self.wall.as_mut() {
+            wall.blocked_at_start(raw);
+        }
+    }
+
+    /// Wall-clock mode: counts the time of threads still off a CPU up to `until`.
+    pub fn count_off_cpu(&mut self, until: u64) {
+        if let Some(wall) = self.wall.as_mut() {
+            wall.count_up_to(until, &mut self.samples);
+        }
+    }
+
+    /// Wall-clock mode: sampling ended at `end`; see [`OffCpu::finish`].
+    pub fn finish_off_cpu(&mut self, end: u64, idle: bool) {
+        if let Some(wall) = self.wall.as_mut() {
+            wall.finish(end, idle, &mut self.samples);
+        }
+    }
+
+    fn walk(&mut self, walker: &mut StackWalker, s: &Sample<'_>) -> RawSample {
         let mut walk = walker.walk(&s.regs, s.stack);
         if let Some(scopes) = self.scopes.as_mut() {
             scopes.decode(walker, &mut walk.frames);
@@ -75,13 +127,14 @@ impl Collected {
                 id
             }
         };
-        self.samples.push(RawSample {
+        RawSample {
             time: s.time,
             tid: s.tid,
             stack,
             kernel: s.kernel_ips.to_vec(),
             in_kernel: s.in_kernel,
-        });
+            weight: 1,
+        }
     }
 
     /// Forget the raw stacks no waiting sample uses: they are named already, and code churn makes
@@ -90,7 +143,8 @@ impl Collected {
         let mut old = std::mem::take(&mut self.stacks);
         self.ids.clear();
         let mut renumbered: HashMap<u32, u32> = HashMap::default();
-        for s in &mut self.samples {
+        let held = self.wall.iter_mut().flat_map(|w| w.held_mut());
+        for s in self.samples.iter_mut().chain(held) {
             s.stack = *renumbered.entry(s.stack).or_insert_with(|| {
                 let frames = std::mem::take(&mut old[s.stack as usize]);
                 let id = self.stacks.len() as u32;

@@ -10,16 +10,17 @@
 
 mod collect;
 mod naming;
+mod wall;
 
 use crate::error::{ErrorKind, Result};
 use crate::live_jvm::LiveJvm;
 use crate::native::NativeUnwinder;
 use crate::output::SampleSpill;
 use crate::profile::Profile;
-use crate::sampler::{Sampler, SamplerConfig, SamplerStats};
+use crate::sampler::{Sample, SampleKind, Sampler, SamplerConfig, SamplerStats};
 use crate::shim::protocol::{self, ShimStats};
 use crate::symbolize::{Symbolizer, WarmingSymbols};
-use crate::target::TargetProcess;
+use crate::target::{freeze, TargetProcess};
 use crate::walker::StackWalker;
 use collect::Collected;
 use naming::Named;
@@ -42,6 +43,14 @@ pub struct EngineOptions {
     /// `.jvmperf` files.
     pub keep_sample_times: bool,
     pub agent: Agent,
+    /// Wall-clock mode: threads count at the rate whether on a CPU or not (see [`wall`]).
+    pub wall: Option<Wall>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wall {
+    /// Keep threads that were blocked for the whole recording.
+    pub idle: bool,
 }
 
 /// Whether the shim is loaded into the JVM.
@@ -92,6 +101,7 @@ pub struct Engine {
     /// Where the interval not yet taken starts (sample time), and the sampler's counts then.
     interval_start_ns: u64,
     interval_base: SamplerStats,
+    wall: Option<Wall>,
 }
 
 /// The profile of the samples taken in `[start_ns, end_ns)` (CLOCK_MONOTONIC), and its counts.
@@ -105,6 +115,16 @@ pub struct Interval {
     pub lost: u64,
     /// The sampling rate in effect at its end.
     pub frequency_hz: u64,
+}
+
+/// How a wall-clock recording's periods were spent.
+pub struct WallSummary {
+    /// Periods sampled on a CPU, and counted off one (blocked, or waiting for a CPU).
+    pub on_cpu: u64,
+    pub off_cpu: u64,
+    /// Threads blocked for the whole recording, left out (without `--idle`) or kept.
+    pub idle_threads: usize,
+    pub idle_kept: bool,
 }
 
 /// A finished recording: the named profile and what the summary reports about it.
@@ -129,6 +149,7 @@ pub struct Recording {
     pub cut: u64,
     /// Why the ring buffers are smaller than a busy thread needs, when they are.
     pub ring_note: Option<String>,
+    pub wall: Option<WallSummary>,
     pub spill: Option<SampleSpill>,
     pub ended: Option<String>,
 }
@@ -145,6 +166,7 @@ impl Engine {
                 frequency_hz: opts.frequency_hz,
                 stack_size: opts.stack_size,
                 kernel_callchain: opts.kernel,
+                wall: opts.wall.is_some(),
                 ..Default::default()
             },
         )?;
@@ -164,13 +186,24 @@ impl Engine {
             },
         };
         let native = NativeUnwinder::new(&live.process)?;
-        let walker = StackWalker::new(&live.hotspot, native);
-        let collected = match agentless {
+        let mut walker = StackWalker::new(&live.hotspot, native);
+        let mut collected = match agentless {
             Some(_) => Collected::decoding_scopes(&live.hotspot),
             None => Collected::default(),
         };
+        let period_ns = 1_000_000_000 / opts.frequency_hz.max(1);
+        collected.wall = opts.wall.map(|_| wall::OffCpu::new(period_ns));
         sampler.enable();
         let start_ns = crate::profile::monotonic_now_ns();
+        if opts.wall.is_some() {
+            read_blocked_threads(
+                &live.process,
+                &mut collected,
+                &mut walker,
+                opts.stack_size,
+                start_ns,
+            );
+        }
         let warming = Some(WarmingSymbols::start(&walker.native));
         Ok(Engine {
             pid: opts.pid,
@@ -193,6 +226,7 @@ impl Engine {
             agentless,
             interval_start_ns: start_ns,
             interval_base: SamplerStats::default(),
+            wall: opts.wall,
         })
     }
 
@@ -211,6 +245,9 @@ impl Engine {
             self.ended = Some(e.to_string());
             return Ok(());
         }
+        let now = crate::profile::monotonic_now_ns();
+        self.collected
+            .count_off_cpu(now.saturating_sub(wall::LAG_NS));
         let code_before = self.live.state.code_events;
         if let Err(e) = self.live.pump(Duration::from_millis(1)) {
             self.ended = Some(e.to_string());
@@ -382,11 +419,15 @@ impl Engine {
     /// building symbol caches): `waiting` is called every 100 ms meanwhile with what it is doing.
     pub fn finish(mut self, mut waiting: impl FnMut(&str)) -> Recording {
         self.sampler.disable();
+        let end_ns = crate::profile::monotonic_now_ns();
         let sampled_for = self.started.elapsed();
         let (collected, walker) = (&mut self.collected, &mut self.walker);
         let _ = self
             .sampler
             .poll(Duration::ZERO, &mut |s| collected.add(walker, s));
+        let idle_kept = self.wall.is_some_and(|w| w.idle);
+        let idle_threads = self.collected.wall.as_ref().map_or(0, |w| w.idle_threads());
+        self.collected.finish_off_cpu(end_ns, idle_kept);
         // Load records for code sampled at the very end may still be in flight.
         let _ = self.live.pump(Duration::from_millis(100));
         while let Some(w) = self.warming.as_ref().filter(|w| !w.is_finished()) {
@@ -417,7 +458,11 @@ impl Engine {
         Recording {
             profile,
             samples: named.count,
-            window: named.first.map(|first| (first, named.last)),
+            // Off-CPU periods are counted from the start to the end of sampling.
+            window: match self.wall {
+                Some(_) => Some((self.start_ns, end_ns)),
+                None => named.first.map(|first| (first, named.last)),
+            },
             sampled_for,
             stats: self.sampler.stats(),
             samples_kernel_time: self.sampler.samples_kernel_time(),
@@ -430,6 +475,12 @@ impl Engine {
             symbol_caches: symbolizer.native_symbol_caches(),
             cut: named.cut,
             ring_note: self.sampler.ring_note(),
+            wall: self.collected.wall.as_ref().map(|w| WallSummary {
+                on_cpu: w.on_cpu,
+                off_cpu: w.off_cpu,
+                idle_threads,
+                idle_kept,
+            }),
             spill: named.spill.take(),
             ended: self.ended.take(),
         }
@@ -486,5 +537,33 @@ impl Engine {
                     Some((tid, name.clone()))
                 }),
         );
+    }
+}
+
+/// Wall-clock mode: the stacks of the target's threads blocked at `start_ns` (just after the
+/// events were enabled), read from outside without stopping them; a thread woken since is left
+/// to its switch records.
+fn read_blocked_threads(
+    process: &TargetProcess,
+    collected: &mut Collected,
+    walker: &mut StackWalker,
+    stack_size: u32,
+    start_ns: u64,
+) {
+    for tid in process.threads() {
+        let Some(snapshot) = freeze::blocked(process.pid, tid, stack_size as usize) else {
+            continue;
+        };
+        let sample = Sample {
+            kind: SampleKind::SwitchOut,
+            pid: process.pid,
+            tid,
+            time: start_ns,
+            regs: snapshot.regs,
+            stack: &snapshot.stack,
+            kernel_ips: &[],
+            in_kernel: true,
+        };
+        collected.add_blocked_at_start(walker, &sample);
     }
 }

@@ -107,7 +107,7 @@ impl Named {
             }
             let stack = named.stack;
             self.cut += u64::from(named.cut);
-            self.count += 1;
+            self.count += s.weight;
             self.first = Some(self.first.map_or(s.time, |f| f.min(s.time)));
             self.last = self.last.max(s.time);
             let samples = &mut self.profile.samples;
@@ -123,12 +123,12 @@ impl Named {
                 })
             });
             match merged_into {
-                Some(i) => samples[i].weight += 1,
+                Some(i) => samples[i].weight += s.weight,
                 None => samples.push(Sample {
                     time: s.time,
                     tid: s.tid,
                     stack,
-                    weight: 1,
+                    weight: s.weight,
                 }),
             }
         }

@@ -19,6 +19,10 @@ pub(super) fn sample_type(config: &SamplerConfig) -> u64 {
     if config.kernel_callchain {
         t |= sys::PERF_SAMPLE_CALLCHAIN;
     }
+    if config.wall {
+        // Two events share each ring in wall mode: the id tells their samples apart.
+        t |= sys::PERF_SAMPLE_IDENTIFIER;
+    }
     u64::from(t)
 }
 
@@ -35,11 +39,17 @@ pub(super) fn event_attr(config: &SamplerConfig) -> sys::perf_event_attr {
         clockid: libc::CLOCK_MONOTONIC,
         ..Default::default()
     };
-    attr.sample_freq = config.frequency_hz;
+    if config.wall {
+        // A fixed period of CPU time, so that on-CPU samples and the off-CPU time counted in
+        // periods (see `engine::wall`) are the same unit.
+        attr.sample_period = config.period_ns();
+    } else {
+        attr.sample_freq = config.frequency_hz;
+        attr.set_freq(1);
+    }
     // read() gives the samples the kernel dropped for a full buffer (Linux ≥ 6.0), including
     // those no LOST record reports yet: see `Sampler::count_unreported_lost`.
     attr.read_format = u64::from(sys::PERF_FORMAT_LOST);
-    attr.set_freq(1);
     attr.set_watermark(1);
     attr.set_disabled(1);
     attr.set_use_clockid(1);
@@ -54,12 +64,29 @@ pub(super) fn event_attr(config: &SamplerConfig) -> sys::perf_event_attr {
     attr
 }
 
+/// Attributes for wall-clock mode's second event on a thread: a sample with the same registers
+/// and stack copy each time the thread leaves a CPU (the context-switch software event fires only
+/// on the way out, in `perf_event_task_sched_out`), and a `PERF_RECORD_SWITCH` record
+/// (`context_switch`) each time it comes back. Its output goes to the CPU-clock event's ring.
+pub(super) fn switch_attr(cpu_clock: &sys::perf_event_attr) -> sys::perf_event_attr {
+    let mut attr = *cpu_clock;
+    attr.config = u64::from(sys::PERF_COUNT_SW_CONTEXT_SWITCHES);
+    attr.set_freq(0);
+    attr.sample_period = 1;
+    attr.read_format = 0;
+    attr.set_context_switch(1);
+    // The switch happens in the kernel: an event excluding kernel time would never fire.
+    attr.set_exclude_kernel(0);
+    attr
+}
+
 /// Whether a failed open may succeed with kernel time excluded (`perf_event_paranoid` 2 lets
 /// unprivileged users count user time only).
 pub(super) fn retry_without_kernel(attr: &mut sys::perf_event_attr, e: &io::Error) -> bool {
     let denied = matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM));
     if !denied
         || attr.exclude_kernel() == 1
+        || attr.context_switch() == 1
         || attr.sample_type & u64::from(sys::PERF_SAMPLE_CALLCHAIN) != 0
     {
         return false;
@@ -145,6 +172,29 @@ fn open_once(
     Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
+/// Sends `fd`'s records to `target`'s ring buffer (both events on the same thread).
+pub(super) fn set_output(fd: &OwnedFd, target: &OwnedFd) -> io::Result<()> {
+    // SAFETY: both are perf event descriptors; SET_OUTPUT takes the target's descriptor.
+    let rc = unsafe { ioctls::SET_OUTPUT(fd.as_raw_fd(), target.as_raw_fd()) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// The kernel's id of the event, as its records' `PERF_SAMPLE_IDENTIFIER` gives it.
+pub(super) fn event_id(fd: &OwnedFd) -> io::Result<u64> {
+    let mut id = 0u64;
+    // SAFETY: `fd` is a perf event descriptor and `id` outlives the call.
+    let rc = unsafe { ioctls::ID(fd.as_raw_fd(), &mut id) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(id)
+    }
+}
+
 pub(super) fn set_enabled(fd: &OwnedFd, enabled: bool) -> io::Result<()> {
     // SAFETY: `fd` is a perf event descriptor; ENABLE/DISABLE take no pointer argument.
     let rc = unsafe {
@@ -194,7 +244,12 @@ pub(super) fn open_error(e: &io::Error, tid: u32, config: &SamplerConfig) -> Err
     let paranoid = read_sysctl("perf_event_paranoid")
         .map(|v| format!("kernel.perf_event_paranoid={v}"))
         .unwrap_or_else(|| "kernel.perf_event_paranoid".to_string());
-    let level = if config.kernel_callchain { 1 } else { 2 };
+    // Kernel callchains and context switches (`--wall`) happen in the kernel.
+    let level = if config.kernel_callchain || config.wall {
+        1
+    } else {
+        2
+    };
     match e.raw_os_error() {
         Some(libc::EACCES | libc::EPERM) => Error::new(
             ErrorKind::Permission,

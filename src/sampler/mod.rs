@@ -11,7 +11,7 @@ mod ring;
 mod tests;
 
 pub use budget::{Budget, Host, RingPlan};
-pub use record::{Regs, Sample};
+pub use record::{RecordLayout, Regs, Sample, SampleKind};
 
 use crate::error::{err, Error, ErrorKind, Result};
 use nix::errno::Errno;
@@ -47,6 +47,9 @@ pub struct SamplerConfig {
     /// Data pages per thread's ring buffer (rounded up to a power of two); `None` sizes it from
     /// the frequency, the stack size and the locked-memory budget (see [`RingPlan`]).
     pub ring_pages: Option<usize>,
+    /// Wall-clock mode: CPU time sampled at a fixed period, and each thread's stack taken when it
+    /// leaves a CPU, with the time it comes back ([`SampleKind`]).
+    pub wall: bool,
 }
 
 impl Default for SamplerConfig {
@@ -56,11 +59,17 @@ impl Default for SamplerConfig {
             stack_size: DEFAULT_STACK_SIZE,
             kernel_callchain: false,
             ring_pages: None,
+            wall: false,
         }
     }
 }
 
 impl SamplerConfig {
+    /// Nanoseconds of CPU time between samples: the period wall-clock mode samples at.
+    pub fn period_ns(&self) -> u64 {
+        1_000_000_000 / self.frequency_hz.max(1)
+    }
+
     fn validate(&self) -> Result<()> {
         if self.frequency_hz == 0 {
             return err(
@@ -120,8 +129,11 @@ impl SamplerConfig {
 
     /// The largest sample record these settings produce.
     fn max_record_bytes(&self) -> usize {
-        // Header, pid/tid, time, regs (abi + 17), stack (size, data, dyn_size).
+        // Header, [identifier], pid/tid, time, regs (abi + 17), stack (size, data, dyn_size).
         let mut bytes = 8 + 8 + 8 + 8 * (1 + record::REG_COUNT) + 8 + self.stack_size as usize + 8;
+        if self.wall {
+            bytes += 8;
+        }
         if self.kernel_callchain {
             // kernel.perf_event_max_stack defaults to 127, plus one context marker.
             bytes += 8 * (1 + 128);
@@ -135,6 +147,12 @@ impl SamplerConfig {
 pub enum ParsedRecord<'a> {
     /// A sample; its `kernel_ips` borrow the vector passed to [`parse_record`].
     Sample(Sample<'a>),
+    /// Wall-clock mode: the thread went back on a CPU.
+    SwitchIn {
+        pid: u32,
+        tid: u32,
+        time: u64,
+    },
     /// The kernel dropped this many samples (buffer full).
     Lost(u64),
     Throttle,
@@ -144,16 +162,17 @@ pub enum ParsedRecord<'a> {
 }
 
 /// Parses one complete ring-buffer record (header included), laid out for the sample type the
-/// sampler configures (TID, TIME, [CALLCHAIN when `kernel_callchain`], REGS_USER, STACK_USER).
-/// Kernel return addresses are decoded into `kernel_ips`. `None`: the record is malformed.
+/// sampler configures ([IDENTIFIER in wall mode], TID, TIME, [CALLCHAIN when
+/// `kernel_callchain`], REGS_USER, STACK_USER). Kernel return addresses are decoded into
+/// `kernel_ips`. `None`: the record is malformed.
 ///
 /// This is exactly what [`Sampler::poll`] runs on every record; it is public for the fuzz targets.
 pub fn parse_record<'a>(
     bytes: &'a [u8],
-    kernel_callchain: bool,
+    layout: RecordLayout,
     kernel_ips: &'a mut Vec<u64>,
 ) -> Option<ParsedRecord<'a>> {
-    Some(match record::parse(bytes, kernel_callchain)? {
+    Some(match record::parse(bytes, layout)? {
         Record::Sample { sample, callchain } => {
             record::kernel_ips(callchain, kernel_ips);
             ParsedRecord::Sample(Sample {
@@ -161,6 +180,7 @@ pub fn parse_record<'a>(
                 ..sample
             })
         }
+        Record::SwitchIn { pid, tid, time } => ParsedRecord::SwitchIn { pid, tid, time },
         Record::Lost(n) => ParsedRecord::Lost(n),
         Record::Throttle => ParsedRecord::Throttle,
         Record::Unthrottle => ParsedRecord::Unthrottle,
@@ -171,8 +191,10 @@ pub fn parse_record<'a>(
 /// Counters since [`Sampler::open`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SamplerStats {
-    /// Samples handed to the sink.
+    /// Samples handed to the sink (switch-out samples of wall-clock mode included).
     pub samples: u64,
+    /// Wall-clock mode: switch-out samples among them.
+    pub switches: u64,
     /// Samples the kernel dropped because a ring buffer was full: the sum of LOST records, and
     /// for events disabled or closed since, the drops no LOST record reported (the kernel
     /// writes one only with the next record that fits).
@@ -198,6 +220,10 @@ pub struct SamplerStats {
 }
 
 struct ThreadEvent {
+    /// Wall-clock mode's context-switch event, writing into `ring`.
+    switch: Option<OwnedFd>,
+    /// How this ring's records are laid out (the switch event's id among them).
+    layout: RecordLayout,
     // Declared before `fd`: unmap before closing (and only then give back the locked pages).
     ring: RingBuffer,
     _locked: budget::Locked,
@@ -213,6 +239,15 @@ struct ThreadEvent {
 }
 
 impl ThreadEvent {
+    /// Every event of the thread writing into its ring.
+    fn fds(&self) -> impl Iterator<Item = &OwnedFd> {
+        std::iter::once(&self.fd).chain(self.switch.as_ref())
+    }
+
+    fn set_enabled(&self, enabled: bool) -> std::io::Result<()> {
+        self.fds().try_for_each(|fd| attr::set_enabled(fd, enabled))
+    }
+
     /// Counts in `stats` the samples the event dropped that no LOST record reported yet (none
     /// will while it is disabled or after its thread exited).
     fn count_unreported_lost(&mut self, counts_lost: bool, stats: &mut SamplerStats) {
@@ -232,6 +267,8 @@ pub struct Sampler {
     pid: u32,
     config: SamplerConfig,
     attr: perf_event_attr,
+    /// Wall-clock mode's context-switch event.
+    switch_attr: Option<perf_event_attr>,
     plan: RingPlan,
     enabled: bool,
     epoll: Epoll,
@@ -260,10 +297,12 @@ impl Sampler {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
             .map_err(|e| Error::new(ErrorKind::Internal, format!("epoll_create1: {e}")))?;
         let plan = config.ring_plan(tids.len(), Host::current().budget());
+        let attr = attr::event_attr(config);
         let mut sampler = Sampler {
             pid,
             config: config.clone(),
-            attr: attr::event_attr(config),
+            attr,
+            switch_attr: config.wall.then(|| attr::switch_attr(&attr)),
             plan,
             enabled: true,
             epoll,
@@ -360,7 +399,7 @@ impl Sampler {
             return Ok(None);
         };
         if self.enabled {
-            attr::set_enabled(&event.fd, true).map_err(|e| {
+            event.set_enabled(true).map_err(|e| {
                 Error::new(
                     ErrorKind::Sampling,
                     format!("cannot enable the perf event of thread {tid}: {e}"),
@@ -399,12 +438,19 @@ impl Sampler {
                 Err(e) => return Err(attr::mmap_error(&e, tid, pages * self.plan.page_size)),
             }
         };
+        let switch = self.open_switch_event(tid, &fd)?;
+        let layout = RecordLayout {
+            kernel_callchain: self.config.kernel_callchain,
+            switch_event: switch.as_ref().map(|(_, id)| *id),
+        };
         self.plan.mapped(pages, wanted, busy);
         let locked = budget::Locked::new(pages);
         self.epoll
             .add(&fd, EpollEvent::new(EpollFlags::EPOLLIN, u64::from(tid)))
             .map_err(|e| Error::new(ErrorKind::Internal, format!("epoll_ctl: {e}")))?;
         Ok(Some(ThreadEvent {
+            switch: switch.map(|(fd, _)| fd),
+            layout,
             ring,
             _locked: locked,
             fd,
@@ -413,6 +459,32 @@ impl Sampler {
             lost_records: 0,
             lost_counted: 0,
         }))
+    }
+
+    /// Wall-clock mode: opens thread `tid`'s context-switch event, disabled, writing into the ring
+    /// of `cpu_clock`; returns it with its id. `Ok(None)` outside wall mode.
+    fn open_switch_event(
+        &mut self,
+        tid: u32,
+        cpu_clock: &OwnedFd,
+    ) -> Result<Option<(OwnedFd, u64)>> {
+        let Some(switch_attr) = self.switch_attr.as_mut() else {
+            return Ok(None);
+        };
+        // The ring's fill level wakes epoll through the CPU-clock event.
+        let opened = attr::open_thread(switch_attr, 0, tid);
+        let Some(fd) = opened.map_err(|e| attr::open_error(&e, tid, &self.config))? else {
+            // The thread is gone: its CPU-clock event hangs up at the next poll.
+            return Ok(None);
+        };
+        let id = attr::set_output(&fd, cpu_clock).and_then(|()| attr::event_id(&fd));
+        let id = id.map_err(|e| {
+            Error::new(
+                ErrorKind::Sampling,
+                format!("cannot route thread {tid}'s context-switch samples to its ring: {e}"),
+            )
+        })?;
+        Ok(Some((fd, id)))
     }
 
     /// Moves busy thread `tid` to a larger ring, if the budget has room: its samples go to the
@@ -452,15 +524,14 @@ impl Sampler {
             return;
         };
         // Disabling returns once the event can no longer write (an IPI to the thread's CPU).
-        let _ = attr::set_enabled(&old.fd, false);
+        let _ = old.set_enabled(false);
         if self.enabled {
             if let Some(new) = self.threads.get(&tid) {
-                let _ = attr::set_enabled(&new.fd, true);
+                let _ = new.set_enabled(true);
             }
         }
         drain_ring(
             &mut old,
-            self.config.kernel_callchain,
             &mut self.scratch,
             &mut self.kernel_ips,
             &mut self.stats,
@@ -527,7 +598,6 @@ impl Sampler {
     fn drain(&mut self, sink: &mut dyn FnMut(&Sample<'_>)) {
         let counts_lost = attr::counts_lost(&self.attr);
         let Sampler {
-            config,
             threads,
             scratch,
             kernel_ips,
@@ -538,14 +608,7 @@ impl Sampler {
         } = self;
         busy.clear();
         for (tid, event) in threads.iter_mut() {
-            let (fill, lost) = drain_ring(
-                event,
-                config.kernel_callchain,
-                scratch,
-                kernel_ips,
-                stats,
-                sink,
-            );
+            let (fill, lost) = drain_ring(event, scratch, kernel_ips, stats, sink);
             if !*enabled {
                 // Drained while disabled: all the event will ever report is known.
                 event.count_unreported_lost(counts_lost, stats);
@@ -577,6 +640,12 @@ impl Sampler {
 
     /// Samples per second per thread from now on, for every thread (and threads added later).
     pub fn set_frequency(&mut self, hz: u64) -> Result<()> {
+        if self.config.wall {
+            return err(
+                ErrorKind::Usage,
+                "the rate of a wall-clock recording is fixed at its start",
+            );
+        }
         let config = SamplerConfig {
             frequency_hz: hz,
             ..self.config.clone()
@@ -605,7 +674,7 @@ impl Sampler {
         self.enabled = enabled;
         for event in self.threads.values() {
             // Fails only for an event whose thread is gone, which the next poll cleans up.
-            let _ = attr::set_enabled(&event.fd, enabled);
+            let _ = event.set_enabled(enabled);
         }
     }
 }
@@ -614,19 +683,30 @@ impl Sampler {
 /// bytes it held then and whether it reported lost samples.
 fn drain_ring(
     event: &mut ThreadEvent,
-    has_callchain: bool,
     scratch: &mut Vec<u8>,
     kernel_ips: &mut Vec<u64>,
     stats: &mut SamplerStats,
     sink: &mut dyn FnMut(&Sample<'_>),
 ) -> (usize, bool) {
     let mut lost = 0;
+    let layout = event.layout;
     let drained = event.ring.drain(scratch, |bytes| {
-        match parse_record(bytes, has_callchain, kernel_ips) {
+        match parse_record(bytes, layout, kernel_ips) {
             Some(ParsedRecord::Sample(sample)) => {
                 stats.samples += 1;
+                stats.switches += u64::from(sample.kind == SampleKind::SwitchOut);
                 sink(&sample);
             }
+            Some(ParsedRecord::SwitchIn { pid, tid, time }) => sink(&Sample {
+                kind: SampleKind::SwitchIn,
+                pid,
+                tid,
+                time,
+                regs: Regs::default(),
+                stack: &[],
+                kernel_ips: &[],
+                in_kernel: false,
+            }),
             Some(ParsedRecord::Lost(n)) => lost += n,
             Some(ParsedRecord::Throttle) => stats.throttled += 1,
             Some(ParsedRecord::Unthrottle) => stats.unthrottled += 1,

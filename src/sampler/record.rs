@@ -1,6 +1,6 @@
 //! Parsing the records our events write into the ring buffer. The layout follows from the
-//! `sample_type` chosen in [`super::attr`]: TID, TIME, [CALLCHAIN], REGS_USER, STACK_USER.
-//! Every length read from a record is checked against the record's own size.
+//! `sample_type` chosen in [`super::attr`]: [IDENTIFIER], TID, TIME, [CALLCHAIN], REGS_USER,
+//! STACK_USER. Every length read from a record is checked against the record's own size.
 
 use perf_event_open_sys::bindings as sys;
 
@@ -57,9 +57,34 @@ impl Regs {
     }
 }
 
+/// What a ring buffer's records look like: which optional fields our `sample_type` has.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecordLayout {
+    /// Samples carry the kernel callchain.
+    pub kernel_callchain: bool,
+    /// Wall-clock mode: the ring also receives the thread's context-switch samples and
+    /// `PERF_RECORD_SWITCH` records, and every record carries `PERF_SAMPLE_IDENTIFIER`; samples
+    /// with this id are the switch event's.
+    pub switch_event: Option<u64>,
+}
+
+/// Why a sample was taken.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SampleKind {
+    /// The CPU clock: the thread was running.
+    #[default]
+    OnCpu,
+    /// The thread left the CPU (blocked or preempted) with this stack; it stays off until its
+    /// next [`SampleKind::SwitchIn`].
+    SwitchOut,
+    /// Not a sample: the thread went back on a CPU at `time` (no registers, no stack).
+    SwitchIn,
+}
+
 /// One sample, borrowing from the ring buffer (or from a scratch copy when it wrapped around).
 #[derive(Debug, Clone, Copy)]
 pub struct Sample<'a> {
+    pub kind: SampleKind,
     pub pid: u32,
     pub tid: u32,
     /// CLOCK_MONOTONIC nanoseconds (of the initial time namespace).
@@ -83,6 +108,12 @@ pub(super) enum Record<'a> {
         sample: Sample<'a>,
         callchain: &'a [u8],
     },
+    /// The thread went back on a CPU (a `PERF_RECORD_SWITCH` without the OUT flag).
+    SwitchIn {
+        pid: u32,
+        tid: u32,
+        time: u64,
+    },
     Lost(u64),
     Throttle,
     Unthrottle,
@@ -90,7 +121,7 @@ pub(super) enum Record<'a> {
 }
 
 /// Parses one complete record (header included). `None` means it is malformed.
-pub(super) fn parse(record: &[u8], has_callchain: bool) -> Option<Record<'_>> {
+pub(super) fn parse(record: &[u8], layout: RecordLayout) -> Option<Record<'_>> {
     let mut cur = Cursor(record);
     let kind = cur.u32()?;
     let misc = cur.u16()?;
@@ -101,7 +132,18 @@ pub(super) fn parse(record: &[u8], has_callchain: bool) -> Option<Record<'_>> {
     match kind {
         sys::PERF_RECORD_SAMPLE => {
             let cpumode = u32::from(misc) & sys::PERF_RECORD_MISC_CPUMODE_MASK;
-            parse_sample(cur, has_callchain, cpumode == sys::PERF_RECORD_MISC_KERNEL)
+            parse_sample(cur, layout, cpumode == sys::PERF_RECORD_MISC_KERNEL)
+        }
+        sys::PERF_RECORD_SWITCH if layout.switch_event.is_some() => {
+            if u32::from(misc) & sys::PERF_RECORD_MISC_SWITCH_OUT != 0 {
+                // The switch-out sample says the same, with the stack.
+                return Some(Record::Other);
+            }
+            // The sample_id trailer (sample_id_all): TID, TIME, IDENTIFIER.
+            let pid = cur.u32()?;
+            let tid = cur.u32()?;
+            let time = cur.u64()?;
+            Some(Record::SwitchIn { pid, tid, time })
         }
         sys::PERF_RECORD_LOST => {
             let _id = cur.u64()?;
@@ -113,11 +155,15 @@ pub(super) fn parse(record: &[u8], has_callchain: bool) -> Option<Record<'_>> {
     }
 }
 
-fn parse_sample(mut cur: Cursor<'_>, has_callchain: bool, in_kernel: bool) -> Option<Record<'_>> {
+fn parse_sample(mut cur: Cursor<'_>, layout: RecordLayout, in_kernel: bool) -> Option<Record<'_>> {
+    let kind = match layout.switch_event {
+        Some(switch) if cur.u64()? == switch => SampleKind::SwitchOut,
+        _ => SampleKind::OnCpu,
+    };
     let pid = cur.u32()?;
     let tid = cur.u32()?;
     let time = cur.u64()?;
-    let callchain = if has_callchain {
+    let callchain = if layout.kernel_callchain {
         let n = usize::try_from(cur.u64()?).ok()?;
         cur.bytes(n.checked_mul(8)?)?
     } else {
@@ -144,6 +190,7 @@ fn parse_sample(mut cur: Cursor<'_>, has_callchain: bool, in_kernel: bool) -> Op
     };
     Some(Record::Sample {
         sample: Sample {
+            kind,
             pid,
             tid,
             time,
@@ -252,8 +299,15 @@ pub(super) mod tests {
         b.finish(sys::PERF_RECORD_SAMPLE)
     }
 
+    fn layout(kernel_callchain: bool) -> RecordLayout {
+        RecordLayout {
+            kernel_callchain,
+            switch_event: None,
+        }
+    }
+
     fn expect_sample(record: &[u8], has_callchain: bool) -> (Sample<'_>, &[u8]) {
-        match parse(record, has_callchain) {
+        match parse(record, layout(has_callchain)) {
             Some(Record::Sample { sample, callchain }) => (sample, callchain),
             other => panic!("expected a sample, got {other:?}"),
         }
@@ -316,29 +370,35 @@ pub(super) mod tests {
             .u64(1)
             .u64(42)
             .finish(sys::PERF_RECORD_LOST);
-        assert!(matches!(parse(&lost, false), Some(Record::Lost(42))));
+        assert!(matches!(
+            parse(&lost, layout(false)),
+            Some(Record::Lost(42))
+        ));
         let thr = RecordBuilder::default()
             .u64(5)
             .u64(0)
             .u64(0)
             .finish(sys::PERF_RECORD_THROTTLE);
-        assert!(matches!(parse(&thr, false), Some(Record::Throttle)));
+        assert!(matches!(parse(&thr, layout(false)), Some(Record::Throttle)));
         let unthr = RecordBuilder::default().finish(sys::PERF_RECORD_UNTHROTTLE);
-        assert!(matches!(parse(&unthr, false), Some(Record::Unthrottle)));
+        assert!(matches!(
+            parse(&unthr, layout(false)),
+            Some(Record::Unthrottle)
+        ));
     }
 
     #[test]
     fn malformed_records_are_rejected_not_panicked_on() {
         let good = sample_record(&[], &[0; 16], 16);
         // dyn_size larger than the dumped size.
-        assert!(parse(&sample_record(&[], &[0; 16], 24), false).is_none());
+        assert!(parse(&sample_record(&[], &[0; 16], 24), layout(false)).is_none());
         // Header size disagreeing with the slice.
-        assert!(parse(&good[..good.len() - 8], false).is_none());
+        assert!(parse(&good[..good.len() - 8], layout(false)).is_none());
         // Every truncation of a sample, with the header size patched to match.
         for len in 8..good.len() {
             let mut cut = good[..len].to_vec();
             cut[6..8].copy_from_slice(&(len as u16).to_ne_bytes());
-            assert!(parse(&cut, false).is_none(), "truncated at {len}");
+            assert!(parse(&cut, layout(false)).is_none(), "truncated at {len}");
         }
         // A callchain length that overflows or runs past the end.
         let huge = RecordBuilder::default()
@@ -347,8 +407,62 @@ pub(super) mod tests {
             .u64(1)
             .u64(u64::MAX / 4)
             .finish(sys::PERF_RECORD_SAMPLE);
-        assert!(parse(&huge, true).is_none());
-        assert!(parse(&[], false).is_none());
-        assert!(parse(&[1, 2, 3], false).is_none());
+        assert!(parse(&huge, layout(true)).is_none());
+        assert!(parse(&[], layout(false)).is_none());
+        assert!(parse(&[1, 2, 3], layout(false)).is_none());
+    }
+
+    #[test]
+    fn wall_mode_tells_switch_samples_and_switch_ins_apart() {
+        let wall = RecordLayout {
+            kernel_callchain: false,
+            switch_event: Some(77),
+        };
+        let with_id = |id: u64| {
+            let mut rec = sample_record(&[], &[0; 8], 8);
+            // PERF_SAMPLE_IDENTIFIER comes first in the body.
+            rec.splice(8..8, id.to_ne_bytes());
+            let size = rec.len() as u16;
+            rec[6..8].copy_from_slice(&size.to_ne_bytes());
+            rec
+        };
+        let kind = |rec: &[u8]| match parse(rec, wall) {
+            Some(Record::Sample { sample, .. }) => {
+                assert_eq!((sample.pid, sample.tid, sample.time), (7, 8, 99));
+                sample.kind
+            }
+            other => panic!("expected a sample, got {other:?}"),
+        };
+        assert_eq!(kind(&with_id(77)), SampleKind::SwitchOut);
+        assert_eq!(kind(&with_id(76)), SampleKind::OnCpu);
+        let switch = |misc: u32| {
+            let mut rec = RecordBuilder::default()
+                .u32(7)
+                .u32(8)
+                .u64(123)
+                .u64(77)
+                .finish(sys::PERF_RECORD_SWITCH);
+            rec[4..6].copy_from_slice(&(misc as u16).to_ne_bytes());
+            rec
+        };
+        assert!(matches!(
+            parse(&switch(0), wall),
+            Some(Record::SwitchIn {
+                pid: 7,
+                tid: 8,
+                time: 123
+            })
+        ));
+        let out = switch(sys::PERF_RECORD_MISC_SWITCH_OUT);
+        assert!(matches!(parse(&out, wall), Some(Record::Other)));
+        // Cut short: malformed, not a panic.
+        let mut short = switch(0)[..16].to_vec();
+        short[6..8].copy_from_slice(&16u16.to_ne_bytes());
+        assert!(parse(&short, wall).is_none());
+        // Outside wall mode the switch records are not ours to read.
+        assert!(matches!(
+            parse(&switch(0), layout(false)),
+            Some(Record::Other)
+        ));
     }
 }

@@ -738,3 +738,65 @@ fn drops_no_lost_record_reported_are_counted_once_sampling_stops() {
     sampler.poll(Duration::ZERO, &mut |_| {}).unwrap();
     assert_eq!(sampler.stats().lost, stats.lost);
 }
+
+/// Wall-clock mode on a thread that sleeps 5 ms at a time: each sleep gives a switch-out sample
+/// with registers and stack, then a switch-in record about 5 ms later, in that order, in the
+/// thread's one ring.
+#[test]
+fn wall_mode_reports_each_switch_out_with_its_stack_then_the_switch_in() {
+    let (tx, rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let sleeper = std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tx.send(unsafe { libc::gettid() } as u32).unwrap();
+        go_rx.recv().unwrap();
+        for _ in 0..40 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    let tid = rx.recv().unwrap();
+    let cfg = SamplerConfig {
+        wall: true,
+        ..config(99, 4096)
+    };
+    let mut sampler = Sampler::open(std::process::id(), &cfg).unwrap();
+    go_tx.send(()).unwrap();
+    let mut events: Vec<(SampleKind, u64, usize)> = Vec::new();
+    let end = Instant::now() + Duration::from_secs(20);
+    while !sleeper.is_finished() && Instant::now() < end {
+        sampler
+            .poll(Duration::from_millis(20), &mut |s| {
+                if s.tid == tid {
+                    events.push((s.kind, s.time, s.stack.len()));
+                }
+            })
+            .unwrap();
+    }
+    sleeper.join().unwrap();
+    sampler.disable();
+    sampler
+        .poll(Duration::ZERO, &mut |s| {
+            if s.tid == tid {
+                events.push((s.kind, s.time, s.stack.len()));
+            }
+        })
+        .unwrap();
+    let outs: Vec<_> = events
+        .iter()
+        .filter(|e| e.0 == SampleKind::SwitchOut)
+        .collect();
+    assert!(outs.len() >= 40, "{} switch-outs: {events:?}", outs.len());
+    assert!(outs.iter().all(|e| e.2 > 0), "switch-outs carry the stack");
+    assert!(sampler.stats().switches as usize >= outs.len());
+    // Every sleep: out, then in 5 ms or more later.
+    let sleeps = events
+        .windows(2)
+        .filter(|w| w[0].0 == SampleKind::SwitchOut && w[1].0 == SampleKind::SwitchIn)
+        .filter(|w| w[1].1 >= w[0].1 + 5_000_000)
+        .count();
+    assert!(sleeps >= 38, "{sleeps} sleeps seen: {events:?}");
+    assert!(
+        events.windows(2).all(|w| w[0].1 <= w[1].1),
+        "a thread's records come in time order"
+    );
+}

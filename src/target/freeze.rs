@@ -81,6 +81,27 @@ pub fn capture(
     result
 }
 
+/// Registers (stack pointer and pc) and up to `stack_bytes` of stack of thread `tid` if it is
+/// blocked in a system call (or a fault), taken without stopping it; `None` if it is running or
+/// ran while its stack was read (its system-call file changed).
+pub fn blocked(pid: u32, tid: u32, stack_bytes: usize) -> Option<Snapshot> {
+    if !matches!(os_state(pid, tid)?, 'S' | 'D') {
+        return None;
+    }
+    let before = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    let regs = parse_syscall_file(&before)?;
+    let stack = read_stack(&ProcessMemory { pid }, regs.sp, stack_bytes);
+    let after = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    // The same system call with the same arguments, stack pointer and pc: very likely the same
+    // wait (a thread that woke and blocked again in between would also have to rebuild the exact
+    // stack pointer), and the stack above `sp` is what it was.
+    (before == after).then_some(Snapshot {
+        regs,
+        stack,
+        captured: Captured::Blocked,
+    })
+}
+
 /// Interrupts a seized thread and waits until it stops; returns a signal it stopped for instead
 /// (to deliver when it is let go).
 fn stopped(thread: Pid) -> Result<Option<Signal>, String> {

@@ -1,5 +1,7 @@
 package bench;
 
+import java.util.concurrent.locks.LockSupport;
+
 /**
  * Fixed-size units of CPU-bound work on N threads, counted, for profiler overhead benchmarks.
  *
@@ -10,10 +12,19 @@ package bench;
  * completed by all workers since they started. The rate of work between two WORK lines, with and
  * without a profiler attached, gives the profiler's cost.
  *
+ * <p>With {@code --handoff} the workers pass a token round the ring after every unit, parking
+ * until it comes back ({@link LockSupport}): one runs at a time, and every unit costs a context
+ * switch out and one in, as in a thread pool handing small tasks on. Profilers that do work per
+ * context switch (wall-clock modes) show their cost there.
+ *
  * <p>Run with {@code java -cp target/bench-apps/classes bench.Throughput [--threads N]
- * [seconds]} (default 2 threads). Prints {@code READY} after 2 s of warm-up.
+ * [--handoff] [seconds]} (default 2 threads). Prints {@code READY} after 2 s of warm-up.
  */
 public final class Throughput {
+    /** The worker whose turn it is, with {@code --handoff}. */
+    static volatile Worker turn;
+    static boolean handoff;
+
     static final int DEPTH = 32;
     static final int LOOP = 4000;
     static final long WARMUP_NANOS = 2_000_000_000L;
@@ -26,6 +37,7 @@ public final class Throughput {
 
     static final class Worker extends Thread {
         volatile long units;
+        Worker next;
 
         Worker(int i) {
             super("throughput-worker-" + i);
@@ -37,8 +49,17 @@ public final class Throughput {
             long seed = getId();
             long done = 0;
             while (true) {
+                if (handoff) {
+                    while (turn != this) {
+                        LockSupport.park(this);
+                    }
+                }
                 seed = recurse(DEPTH, seed);
                 units = ++done;
+                if (handoff) {
+                    turn = next;
+                    LockSupport.unpark(next);
+                }
                 if ((done & 1023) == 0) {
                     sink = seed;
                 }
@@ -68,6 +89,8 @@ public final class Throughput {
         for (int i = 0; i < args.length; i++) {
             if (args[i].equals("--threads")) {
                 threads = Integer.parseInt(args[++i]);
+            } else if (args[i].equals("--handoff")) {
+                handoff = true;
             } else {
                 seconds = Long.parseLong(args[i]);
             }
@@ -75,7 +98,13 @@ public final class Throughput {
         Worker[] workers = new Worker[threads];
         for (int i = 0; i < threads; i++) {
             workers[i] = new Worker(i);
-            workers[i].start();
+        }
+        for (int i = 0; i < threads; i++) {
+            workers[i].next = workers[(i + 1) % threads];
+        }
+        turn = workers[0];
+        for (Worker w : workers) {
+            w.start();
         }
         Thread.sleep(WARMUP_NANOS / 1_000_000);
         System.out.println("READY");

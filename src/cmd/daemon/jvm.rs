@@ -74,6 +74,7 @@ pub fn run(jvm: FoundJvm, shared: Arc<Shared>) {
         keep_sample_times: shared.format == Format::Raw,
         // A JVM that cannot be attached is logged and left alone.
         agent: Agent::Required,
+        wall: None,
     });
     let mut engine = match started {
         Ok(e) => e,

@@ -1,0 +1,225 @@
+//! Wall-clock mode: every thread counts at the rate whether it runs or not. Time on a CPU is
+//! sampled by the CPU clock at a fixed period; a thread that leaves a CPU (to sleep, park, wait
+//! for a lock or I/O, or because it was preempted) is sampled once, in the kernel, with the stack
+//! it left with, and that stack is counted for every period boundary until the thread comes back
+//! (its `PERF_RECORD_SWITCH`). Counting period boundaries — `⌊until/P⌋ − ⌊from/P⌋` — makes short
+//! waits count in proportion to their length, with no rounding carried between them.
+//!
+//! Threads blocked when the recording starts have no switch-out sample: their stack is read from
+//! outside instead (`target::freeze::blocked`), and counted from the start once they run. Those
+//! that never run are idle for the whole recording and are left out unless asked for.
+
+use super::collect::RawSample;
+use foldhash::HashMap;
+
+/// How far behind now the off-CPU time of threads still off is counted: a switch-in record
+/// reaches us within a drain of the ring buffers (tens of ms); counting past it would count time
+/// the thread was back on a CPU. Below the naming delay, so the counts are named in time.
+pub(super) const LAG_NS: u64 = 1_000_000_000;
+
+pub(super) struct OffCpu {
+    period_ns: u64,
+    /// Threads off a CPU now, with the stack they left with; `time` is where counting goes on.
+    off: HashMap<u32, RawSample>,
+    /// Threads blocked since before the start, with the stack read from outside; `time` is the
+    /// start.
+    blocked_at_start: HashMap<u32, RawSample>,
+    /// Samples on a CPU and periods off one, counted so far.
+    pub on_cpu: u64,
+    pub off_cpu: u64,
+}
+
+impl OffCpu {
+    pub fn new(period_ns: u64) -> Self {
+        OffCpu {
+            period_ns: period_ns.max(1),
+            off: HashMap::default(),
+            blocked_at_start: HashMap::default(),
+            on_cpu: 0,
+            off_cpu: 0,
+        }
+    }
+
+    /// Period boundaries in `[from, until)`.
+    fn periods(&self, from: u64, until: u64) -> u64 {
+        (until / self.period_ns).saturating_sub(from / self.period_ns)
+    }
+
+    /// `s` counted from its time up to `until` into `out`, if that spans a period boundary.
+    fn count(&mut self, s: &RawSample, until: u64, out: &mut Vec<RawSample>) {
+        let weight = self.periods(s.time, until);
+        if weight > 0 {
+            self.off_cpu += weight;
+            out.push(RawSample {
+                weight,
+                ..s.clone()
+            });
+        }
+    }
+
+    /// Thread `s.tid` was blocked when recording started, with this stack.
+    pub fn blocked_at_start(&mut self, s: RawSample) {
+        self.blocked_at_start.insert(s.tid, s);
+    }
+
+    /// A sample taken on a CPU.
+    pub fn on_cpu(&mut self, tid: u32) {
+        self.on_cpu += 1;
+        // A switch-in record was lost: when the thread came back is unknown.
+        self.off.remove(&tid);
+        self.blocked_at_start.remove(&tid);
+    }
+
+    /// The thread left a CPU with the stack of `s`.
+    pub fn switched_out(&mut self, s: RawSample) {
+        self.blocked_at_start.remove(&s.tid);
+        // One still there lost its switch-in record: it is dropped, not counted up to now.
+        self.off.insert(s.tid, s);
+    }
+
+    /// The thread came back on a CPU at `time`: its time off is counted into `out`.
+    pub fn switched_in(&mut self, tid: u32, time: u64, out: &mut Vec<RawSample>) {
+        let left = self
+            .off
+            .remove(&tid)
+            .or_else(|| self.blocked_at_start.remove(&tid));
+        if let Some(s) = left {
+            self.count(&s, time, out);
+        }
+    }
+
+    /// Counts the time of threads still off a CPU up to `until` into `out` (the time they came
+    /// back is not known yet).
+    pub fn count_up_to(&mut self, until: u64, out: &mut Vec<RawSample>) {
+        let mut off = std::mem::take(&mut self.off);
+        for s in off.values_mut().filter(|s| s.time < until) {
+            self.count(s, until, out);
+            s.time = until;
+        }
+        self.off = off;
+    }
+
+    /// Recording ended at `end`: threads still off count up to it, and with `idle` so do those
+    /// blocked all along.
+    pub fn finish(&mut self, end: u64, idle: bool, out: &mut Vec<RawSample>) {
+        let off = std::mem::take(&mut self.off);
+        let blocked = std::mem::take(&mut self.blocked_at_start);
+        let idle = blocked.into_values().filter(|_| idle);
+        for s in off.into_values().chain(idle) {
+            self.count(&s, end, out);
+        }
+    }
+
+    /// Threads blocked all along so far (left out of the profile unless `--idle`).
+    pub fn idle_threads(&self) -> usize {
+        self.blocked_at_start.len()
+    }
+
+    /// Raw samples held here, whose stack ids are renumbered with the collected samples'.
+    pub fn held_mut(&mut self) -> impl Iterator<Item = &mut RawSample> {
+        self.off
+            .values_mut()
+            .chain(self.blocked_at_start.values_mut())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: u64 = 10_000_000;
+
+    fn sample(tid: u32, time: u64, stack: u32) -> RawSample {
+        RawSample {
+            time,
+            tid,
+            stack,
+            kernel: Vec::new(),
+            in_kernel: true,
+            weight: 1,
+        }
+    }
+
+    fn weights(out: &[RawSample]) -> Vec<(u32, u64, u64)> {
+        out.iter().map(|s| (s.stack, s.time, s.weight)).collect()
+    }
+
+    #[test]
+    fn time_off_cpu_counts_period_boundaries_with_the_stack_it_left_with() {
+        let mut wall = OffCpu::new(P);
+        let mut out = Vec::new();
+        // 25 ms off from 3 ms: boundaries at 10 and 20 ms.
+        wall.switched_out(sample(1, 3_000_000, 7));
+        wall.switched_in(1, 28_000_000, &mut out);
+        // 4 ms off inside one period: no boundary, nothing counted.
+        wall.switched_out(sample(1, 31_000_000, 8));
+        wall.switched_in(1, 35_000_000, &mut out);
+        // 4 ms across the 40 ms boundary: one.
+        wall.switched_out(sample(1, 38_000_000, 9));
+        wall.switched_in(1, 42_000_000, &mut out);
+        assert_eq!(weights(&out), [(7, 3_000_000, 2), (9, 38_000_000, 1)]);
+        assert_eq!(wall.off_cpu, 3);
+    }
+
+    #[test]
+    fn many_short_waits_add_up_to_their_share() {
+        let mut wall = OffCpu::new(P);
+        let mut out = Vec::new();
+        // 1000 waits of 3.7 ms every 11.3 ms: 370 ms off in total, 37 periods.
+        let mut t = 1_234_567;
+        for _ in 0..1000 {
+            wall.switched_out(sample(1, t, 1));
+            wall.switched_in(1, t + 3_700_000, &mut out);
+            t += 11_300_000;
+        }
+        let total: u64 = out.iter().map(|s| s.weight).sum();
+        assert!((360..=380).contains(&total), "{total}");
+    }
+
+    #[test]
+    fn long_waits_are_counted_as_they_go_and_to_the_end() {
+        let mut wall = OffCpu::new(P);
+        let mut out = Vec::new();
+        wall.switched_out(sample(1, 5_000_000, 7));
+        wall.count_up_to(100_000_000, &mut out);
+        wall.count_up_to(100_000_000, &mut out);
+        wall.switched_in(1, 150_000_000, &mut out);
+        assert_eq!(weights(&out), [(7, 5_000_000, 10), (7, 100_000_000, 5)]);
+        wall.switched_out(sample(1, 160_000_000, 8));
+        wall.finish(200_000_000, false, &mut out);
+        assert_eq!(out.last().map(|s| (s.stack, s.weight)), Some((8, 4)));
+    }
+
+    #[test]
+    fn threads_blocked_from_the_start_count_once_they_run_or_with_idle() {
+        for idle in [false, true] {
+            let mut wall = OffCpu::new(P);
+            let mut out = Vec::new();
+            wall.blocked_at_start(sample(1, 0, 1));
+            wall.blocked_at_start(sample(2, 0, 2));
+            wall.blocked_at_start(sample(3, 0, 3));
+            // Thread 1 wakes at 50 ms; thread 3 was seen on a CPU with its switch-in lost.
+            wall.switched_in(1, 50_000_000, &mut out);
+            wall.on_cpu(3);
+            assert_eq!(wall.idle_threads(), 1);
+            wall.finish(100_000_000, idle, &mut out);
+            let mut expected = vec![(1, 0, 5)];
+            if idle {
+                expected.push((2, 0, 10));
+            }
+            assert_eq!(weights(&out), expected);
+        }
+    }
+
+    #[test]
+    fn a_lost_switch_in_is_not_counted_as_time_off() {
+        let mut wall = OffCpu::new(P);
+        let mut out = Vec::new();
+        wall.switched_out(sample(1, 0, 1));
+        wall.on_cpu(1);
+        wall.switched_out(sample(1, 500_000_000, 2));
+        wall.switched_out(sample(1, 700_000_000, 3));
+        wall.switched_in(1, 720_000_000, &mut out);
+        assert_eq!(weights(&out), [(3, 700_000_000, 2)]);
+    }
+}
