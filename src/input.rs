@@ -146,7 +146,21 @@ pub fn read_all(paths: &[PathBuf]) -> Result<Recording> {
             duration_ns: end - start,
         })
     });
+    if let Some(other) = recs.iter().find(|r| r.profile.clock != first.profile.clock) {
+        return Err(Error::new(
+            ErrorKind::Usage,
+            format!(
+                "{} holds {} time and {} {} time: a wall-clock recording (--wall) and CPU ones \
+                 do not add up; give them to separate commands",
+                first.path.display(),
+                first.profile.clock.name(),
+                other.path.display(),
+                other.profile.clock.name()
+            ),
+        ));
+    }
     let mut merged = Profile::default();
+    merged.clock = first.profile.clock;
     merged.period_ns = first.profile.period_ns;
     merged.start_ns = recs
         .iter()

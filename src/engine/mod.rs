@@ -509,6 +509,9 @@ impl Engine {
     /// Period, start and thread names of a profile named from this engine.
     fn finish_profile(&self, profile: &mut Profile, start_ns: u64) {
         profile.period_ns = 1_000_000_000 / self.frequency_hz.max(1);
+        if self.wall.is_some() {
+            profile.clock = crate::profile::Clock::Wall;
+        }
         profile.start_ns = start_ns;
         self.name_threads(profile);
     }

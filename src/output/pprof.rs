@@ -227,13 +227,14 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
         r#type: b.string(t),
         unit: b.string(u),
     };
+    let clock = profile.clock.name();
     b.out.sample_type = vec![
         value_type(&mut b, "samples", "count"),
-        value_type(&mut b, "cpu", "nanoseconds"),
+        value_type(&mut b, clock, "nanoseconds"),
     ];
-    b.out.period_type = Some(value_type(&mut b, "cpu", "nanoseconds"));
+    b.out.period_type = Some(value_type(&mut b, clock, "nanoseconds"));
     b.out.period = profile.period_ns as i64;
-    b.out.default_sample_type = b.string("cpu");
+    b.out.default_sample_type = b.string(clock);
     for comment in std::iter::once("jvmperf").chain(profile.comments.iter().map(String::as_str)) {
         let id = b.string(comment);
         b.out.comment.push(id);

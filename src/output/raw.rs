@@ -1,12 +1,12 @@
 //! The `.jvmperf` raw recording: every sample with its CLOCK_MONOTONIC time and thread, already
 //! symbolized, so a recording can be converted, windowed and filtered later.
 //!
-//! Layout (version 1.1; integers are unsigned LEB128 varints unless noted):
+//! Layout (version 1.2; integers are unsigned LEB128 varints unless noted):
 //!
 //! ```text
 //! header (24 bytes, fixed):
 //!   magic        8 bytes  "JVMPERF\0"
-//!   major, minor 2 × u8   1, 1 — a reader refuses another major and reads any minor
+//!   major, minor 2 × u8   1, 2 — a reader refuses another major and reads any minor
 //!   flags        u8       bit 0: the body is gzip-compressed
 //!   reserved     u8       0
 //!   crc32        u32 LE   of the uncompressed body
@@ -23,6 +23,7 @@
 //!             time delta: zigzag(time − previous time), the first against start_ns
 //!   compiled (1.1): n, n × (frame index, level, compile id, osr bci, code size)
 //!             the code version of compiled frames; osr bci: 0 = not OSR, else zigzag(bci) + 1
+//!   clock (1.2): 0 = CPU time, 1 = wall-clock time (`record --wall`)
 //! ```
 //!
 //! Later minor versions may append fields after the samples; readers ignore them (a 1.0 reader
@@ -32,7 +33,7 @@
 //! (`output::spill`), and writes the file from it at the end.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::profile::{CompiledCode, Frame, FrameKind, Profile, Sample, MAX_WEIGHT};
+use crate::profile::{Clock, CompiledCode, Frame, FrameKind, Profile, Sample, MAX_WEIGHT};
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use flate2::{Compression, Crc};
@@ -42,7 +43,7 @@ use std::sync::Arc;
 
 pub const MAGIC: &[u8; 8] = b"JVMPERF\0";
 const MAJOR: u8 = 1;
-const MINOR: u8 = 1;
+const MINOR: u8 = 2;
 const FLAG_GZIP: u8 = 1;
 const HEADER_LEN: usize = 24;
 /// Larger bodies are refused rather than allocated (a corrupt length).
@@ -159,8 +160,14 @@ pub(super) fn put_sample(buf: &mut Vec<u8>, prev: &mut u64, s: &Sample, thread: 
     put(buf, s.weight);
 }
 
-/// The compiled-code table (1.1), written after the samples.
-pub(super) fn put_compiled(buf: &mut Vec<u8>, profile: &Profile) {
+/// What follows the samples: the compiled-code table (1.1) and the clock (1.2).
+pub(super) fn put_tail(buf: &mut Vec<u8>, profile: &Profile) {
+    put_compiled(buf, profile);
+    put(buf, u64::from(profile.clock == Clock::Wall));
+}
+
+/// The compiled-code table (1.1).
+fn put_compiled(buf: &mut Vec<u8>, profile: &Profile) {
     let compiled: Vec<_> = profile
         .frames
         .iter()
@@ -194,7 +201,7 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
     for s in &profile.samples {
         put_sample(&mut body, &mut prev, s, threads[&s.tid]);
     }
-    put_compiled(&mut body, profile);
+    put_tail(&mut body, profile);
     let mut crc = Crc::new();
     crc.update(&body);
     let mut gz = GzEncoder::new(header(crc.sum(), body.len() as u64), Compression::fast());
@@ -432,6 +439,12 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
     if c.at < body.len() {
         read_compiled(&mut c, &mut frames)?;
     }
+    if c.at < body.len() {
+        p.clock = match c.varint("clock")? {
+            0 => Clock::Cpu,
+            _ => Clock::Wall,
+        };
+    }
 
     let frame_ids: Vec<_> = frames.into_iter().map(|f| p.intern_frame(f)).collect();
     let stack_ids: Vec<_> = stacks
@@ -532,6 +545,10 @@ pub(super) mod tests {
         assert_eq!(q.samples, p.samples);
         assert_eq!(q.thread_names, p.thread_names);
         assert_eq!((q.period_ns, q.start_ns), (p.period_ns, p.start_ns));
+        assert_eq!(q.clock, Clock::Cpu);
+        let mut wall = fixture();
+        wall.clock = Clock::Wall;
+        assert_eq!(parse(&render(&wall).unwrap()).unwrap().clock, Clock::Wall);
     }
 
     /// A file written by jvmperf before the compiled-code table (format 1.0, the fixture of that
@@ -610,6 +627,6 @@ pub(super) mod tests {
         let mut newer = render(&fixture()).unwrap();
         newer[8] = 2;
         let e = parse(&newer).unwrap_err();
-        assert!(e.message.contains("version 2.1"), "{}", e.message);
+        assert!(e.message.contains("version 2.2"), "{}", e.message);
     }
 }

@@ -1,7 +1,7 @@
 //! The named samples of a recording in progress, spooled to disk so memory does not grow with the
 //! recording's length, and the `.jvmperf` file written from them at the end.
 
-use super::raw::{decode_varint, header, put, put_compiled, put_sample, tables, unzigzag};
+use super::raw::{decode_varint, header, put, put_sample, put_tail, tables, unzigzag};
 use crate::error::{Error, ErrorKind, Result};
 use crate::profile::{Profile, Sample};
 use flate2::read::GzDecoder;
@@ -168,7 +168,7 @@ fn save_streamed_or_rescue(
                 buf.clear();
             }
         }
-        put_compiled(&mut buf, profile);
+        put_tail(&mut buf, profile);
         w.write_all(&buf)
     };
     let mut crc = CrcWriter::new(std::io::sink());

@@ -183,6 +183,25 @@ pub struct Profile {
     pub labels: Vec<(String, String)>,
     /// Free-form notes on the profile (the rate in effect, samples lost): pprof comments.
     pub comments: Vec<String>,
+    /// What a period is of: CPU time, or wall-clock time (`record --wall`).
+    pub clock: Clock,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    #[default]
+    Cpu,
+    Wall,
+}
+
+impl Clock {
+    /// As pprof names the sample type.
+    pub fn name(self) -> &'static str {
+        match self {
+            Clock::Cpu => "cpu",
+            Clock::Wall => "wall",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -296,6 +315,7 @@ impl Profile {
             start_ns: self.start_ns,
             interval: self.interval,
             labels: self.labels.clone(),
+            clock: self.clock,
             ..Default::default()
         };
         out.add_samples_of(self, keep);
