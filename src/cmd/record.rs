@@ -212,6 +212,14 @@ fn print_summary(opts: &RecordOptions, r: &Recording, naming_took: Duration) {
             100.0 * w.off_cpu as f64 / periods,
             r.stats.switches
         );
+        if r.stats.lost > 0 {
+            let switches = (r.stats.switches + r.stats.lost) as f64 / r.sampled_for.as_secs_f64();
+            eprintln!(
+                "jvmperf: wall clock: {} records were lost ({:.1}%), ~{switches:.0} context switches/s: time off a CPU whose switch was lost is not counted, so the off-CPU share is low; at this switch rate the stack copies cannot keep up (a smaller --stack-size helps; see the README)",
+                r.stats.lost,
+                100.0 * r.stats.lost as f64 / (r.stats.samples + r.stats.lost).max(1) as f64
+            );
+        }
     }
     if let Some(note) = r.ring_note.as_ref().filter(|_| r.stats.lost > 0) {
         eprintln!("jvmperf: {note}");

@@ -30,8 +30,6 @@ const DEFAULT_PAIRS: usize = 8;
 /// `-d` of jvmperf, `sleep` of perf, time between `JFR.start` and `JFR.stop`.
 const RECORD_SECS: u64 = 6;
 const FREQUENCY: u64 = 5000;
-/// With `--handoff`: the cost looked for is per context switch, at the default rate.
-const HANDOFF_FREQUENCY: u64 = 99;
 /// Worker threads of `bench.Throughput`: each keeps a core busy.
 const BUSY_THREADS: u32 = 2;
 const GOAL_US: f64 = 8.0;
@@ -135,8 +133,6 @@ impl WorkLog {
 struct Target {
     jvm: BenchJvm,
     log: WorkLog,
-    /// Sampling rate of jvmperf and perf.
-    hz: u64,
 }
 
 impl Target {
@@ -261,7 +257,8 @@ impl Samples {
 /// `jvmperf record -F 5000 -d 6`, spawn to exit.
 fn run_jvmperf(t: &mut Target, jvmperf: &Path, extra: &[&str], out: &Path) -> Result<Profiled> {
     let start = monotonic_ns();
-    let child = bench_jvm::spawn_record(jvmperf, t.jvm.pid(), (RECORD_SECS, t.hz), extra, out)?;
+    let child =
+        bench_jvm::spawn_record(jvmperf, t.jvm.pid(), (RECORD_SECS, FREQUENCY), extra, out)?;
     let err = finish(
         t,
         child,
@@ -331,7 +328,7 @@ fn run_perf(t: &mut Target, stacks: &[&str], file: &Path) -> Result<Profiled> {
     let out = run_tool(
         t,
         Command::new(PERF)
-            .args(["record", "-e", "cpu-clock", "-F", &t.hz.to_string()])
+            .args(["record", "-e", "cpu-clock", "-F", &FREQUENCY.to_string()])
             .args(stacks)
             .args(["-p", &t.jvm.pid().to_string(), "-o"])
             .arg(file)
@@ -468,20 +465,16 @@ impl Pair {
     }
 }
 
-/// Command-line options: `[--pairs N] [--handoff] [-- MORE JVMPERF RECORD OPTIONS]`.
+/// Command-line options: `[--pairs N] [-- MORE JVMPERF RECORD OPTIONS]`.
 struct Args {
     pairs: usize,
-    /// The workers hand a token round after every unit (`bench.Throughput --handoff`): context
-    /// switches at a high rate, for what `--wall` costs.
-    handoff: bool,
     extra: Vec<String>,
 }
 
 fn parse_args(args: &[String]) -> Result<Args> {
-    const USAGE: &str = "usage: cargo xtask bench record [--pairs N (default 8)] [--handoff (a context switch per work unit)] [-- MORE JVMPERF RECORD OPTIONS, e.g. --stack-size 16384 or --wall]";
+    const USAGE: &str = "usage: cargo xtask bench record [--pairs N (default 8)] [-- MORE JVMPERF RECORD OPTIONS, e.g. --stack-size 16384]";
     let mut parsed = Args {
         pairs: DEFAULT_PAIRS,
-        handoff: false,
         extra: Vec::new(),
     };
     let mut it = args.iter();
@@ -494,7 +487,6 @@ fn parse_args(args: &[String]) -> Result<Args> {
                     .filter(|&n| n > 0)
                     .context(USAGE)?
             }
-            "--handoff" => parsed.handoff = true,
             "--" => parsed.extra = it.by_ref().cloned().collect(),
             _ => bail!("{USAGE}"),
         }
@@ -538,35 +530,24 @@ fn measure(jvmperf: &Path, args: &Args, dir: &Path) -> Result<()> {
     let extra: Vec<&str> = args.extra.iter().map(String::as_str).collect();
     let max_rate = || std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate");
     let max_rate_before = max_rate().unwrap_or_default();
-    let threads = BUSY_THREADS.to_string();
-    let mut app_args = vec!["--threads", &threads];
-    if args.handoff {
-        app_args.push("--handoff");
-    }
-    let jvm = BenchJvm::start(&[], &bench_jvm::classes(), "bench.Throughput", &app_args)?;
-    let hz = if args.handoff {
-        HANDOFF_FREQUENCY
-    } else {
-        FREQUENCY
-    };
+    let jvm = BenchJvm::start(
+        &[],
+        &bench_jvm::classes(),
+        "bench.Throughput",
+        &["--threads", &BUSY_THREADS.to_string()],
+    )?;
     let mut t = Target {
         jvm,
         log: WorkLog::default(),
-        hz,
     };
     println!(
-        "record: bench.Throughput ({BUSY_THREADS} CPU-bound threads{}), 1 + {} rounds of: idle, jvmperf record -F {hz} -d {RECORD_SECS}{}, idle, perf record -e cpu-clock -F {hz} -p PID -- sleep {RECORD_SECS}, idle, the same with --call-graph dwarf,8192, idle, JFR (jdk.ExecutionSample 1 ms) for {RECORD_SECS} s; then idle. Idle windows {} s",
-        if args.handoff {
-            " handing a token round after every unit: one runs at a time, a context switch per unit"
-        } else {
-            ""
-        },
+        "record: bench.Throughput ({BUSY_THREADS} CPU-bound threads), 1 + {} rounds of: idle, jvmperf record -F {FREQUENCY} -d {RECORD_SECS}{}, idle, perf record -e cpu-clock -F {FREQUENCY} -p PID -- sleep {RECORD_SECS}, idle, the same with --call-graph dwarf,8192, idle, JFR (jdk.ExecutionSample 1 ms) for {RECORD_SECS} s; then idle. Idle windows {} s",
         args.pairs,
         extra.iter().map(|a| format!(" {a}")).collect::<String>(),
         IDLE.as_secs_f64()
     );
     let timeline = record_rounds(&mut t, jvmperf, &extra, dir, args.pairs + 1)?;
-    let Target { jvm, log, .. } = t;
+    let Target { jvm, log } = t;
     drop(jvm);
     let max_rate_after = max_rate().unwrap_or_default();
     let idle = timeline
@@ -602,6 +583,8 @@ fn record_rounds(
     let jfc = dir.join("bench.jfc");
     std::fs::write(&jfc, JFC).context("writing the JFR settings")?;
     let (out, perf_data) = (dir.join("out.collapsed"), dir.join("perf.data"));
+    // WORK lines come every 100 ms: the log must begin before the first window does.
+    t.idle(Duration::from_millis(300))?;
     let mut timeline = Timeline {
         idle: vec![t.idle_window()?],
         runs: Vec::new(),
