@@ -78,14 +78,14 @@ impl Drop for Tmux {
     }
 }
 
-/// Runs top in the pane until the hot method shows, quits it with `quit_keys`, and checks the
-/// terminal is the shell's again, in cooked mode.
-fn top_then_quit(pid: u32, quit_keys: &[&str], name: &str) {
+/// Runs top (with `options`) in the pane until `method` shows, quits it with `quit_keys`, and
+/// checks the terminal is the shell's again, in cooked mode.
+fn top_then_quit(pid: u32, options: &str, method: &str, quit_keys: &[&str], name: &str) {
     let tmux = Tmux::start(name);
-    let cmd = format!("{} top -p {pid}", env!("CARGO_BIN_EXE_jvmperf"));
+    let cmd = format!("{} top -p {pid} {options}", env!("CARGO_BIN_EXE_jvmperf"));
     tmux.keys(&[&cmd, "Enter"]);
-    tmux.wait_for("hot method", Duration::from_secs(60), |s| {
-        s.contains("SELF%") && s.contains("bench.InlineHot.hotLoop")
+    tmux.wait_for(method, Duration::from_secs(60), |s| {
+        s.contains("SELF%") && s.contains(method)
     });
     tmux.keys(quit_keys);
     tmux.wait_for("the shell's screen", Duration::from_secs(10), |s| {
@@ -115,7 +115,23 @@ fn top_shows_the_hot_method_and_quits_cleanly_on_q_and_ctrl_c() {
         "bench.InlineHot",
         &[],
     );
-    top_then_quit(jvm.pid, &["q"], "q");
-    top_then_quit(jvm.pid, &["C-c"], "ctrl-c");
+    let hot = "bench.InlineHot.hotLoop";
+    top_then_quit(jvm.pid, "", hot, &["q"], "q");
+    top_then_quit(jvm.pid, "", hot, &["C-c"], "ctrl-c");
+    assert!(jvm.is_alive());
+}
+
+/// With --wall, threads count while they sleep: the workers' sleeping method shows.
+#[test]
+fn top_wall_shows_where_threads_wait() {
+    let jvm = Jvm::start(&[], "bench.WallPhases", &["--threads", "1"]);
+    let options = "--wall --sort total --thread wall-worker";
+    top_then_quit(
+        jvm.pid,
+        options,
+        "bench.WallPhases.sleepPhase",
+        &["q"],
+        "wall",
+    );
     assert!(jvm.is_alive());
 }

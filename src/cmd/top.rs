@@ -7,7 +7,7 @@
 //! way out: quitting, SIGINT/SIGTERM/SIGHUP (a closed ssh session), the JVM's exit, and a panic.
 
 use super::report::{rows, SortBy};
-use crate::engine::{Agent, Engine, EngineOptions, Interval};
+use crate::engine::{Agent, Engine, EngineOptions, Interval, Wall};
 use crate::error::{Error, ErrorKind, Result};
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use crossterm::{cursor, execute, queue, style, terminal};
@@ -39,6 +39,9 @@ pub struct TopOptions {
     /// Only threads whose name contains this (`t` cycles through the busiest threads).
     #[arg(long, value_name = "NAME")]
     pub thread: Option<String>,
+    /// Wall-clock time, as `record --wall`: threads count whether on a CPU or not.
+    #[arg(long)]
+    pub wall: bool,
 }
 
 const REFRESH: Duration = Duration::from_secs(1);
@@ -69,7 +72,7 @@ pub fn run(opts: &TopOptions) -> Result<()> {
         spill: None,
         keep_sample_times: false,
         agent: Agent::Fallback,
-        wall: None,
+        wall: opts.wall.then_some(Wall { idle: false }),
     })?;
     let mut view = View {
         pid: opts.pid,
@@ -78,6 +81,7 @@ pub fn run(opts: &TopOptions) -> Result<()> {
         thread: opts.thread.clone(),
         intervals: VecDeque::new(),
         agentless: engine.agentless().is_some(),
+        wall: opts.wall,
     };
     let screen = Screen::enter().map_err(|e| {
         Error::new(
@@ -133,6 +137,7 @@ struct View {
     /// The intervals in the window, oldest first.
     intervals: VecDeque<Interval>,
     agentless: bool,
+    wall: bool,
 }
 
 impl View {
@@ -264,8 +269,9 @@ impl View {
         };
         let mut lines = vec![
             format!(
-                "jvmperf top — JVM {} — {rate} Hz — last {covered:.0} s (named ~2 s behind): {samples} samples, {lost} lost{}",
+                "jvmperf top — JVM {} — {rate} Hz{} — last {covered:.0} s (named ~2 s behind): {samples} samples, {lost} lost{}",
                 self.pid,
+                if self.wall { " wall-clock" } else { "" },
                 if self.agentless { " — without the agent" } else { "" }
             ),
             format!(
