@@ -652,9 +652,5 @@ fn drain_ring(
 
 /// Thread ids in `/proc/<pid>/task`, sorted.
 fn list_threads(pid: u32) -> std::io::Result<Vec<u32>> {
-    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    tids.sort_unstable();
-    Ok(tids)
+    crate::target::process::thread_ids(pid).map_err(crate::target::process::io_error)
 }
