@@ -47,7 +47,7 @@ pub(crate) fn proc_process(pid: u32) -> procfs::ProcResult<Process> {
 
 /// Thread ids in `/proc/<pid>/task`, sorted. Threads that exit while the directory is read are
 /// left out.
-pub(crate) fn thread_ids(pid: u32) -> procfs::ProcResult<Vec<u32>> {
+fn thread_ids(pid: u32) -> procfs::ProcResult<Vec<u32>> {
     let mut tids: Vec<u32> = proc_process(pid)?
         .tasks()?
         .filter_map(|t| u32::try_from(t.ok()?.tid).ok())
@@ -58,7 +58,7 @@ pub(crate) fn thread_ids(pid: u32) -> procfs::ProcResult<Vec<u32>> {
 
 /// A `procfs` error as the `std::io::Error` of the read that failed, whose text (`Permission
 /// denied (os error 13)`) our messages quote.
-pub(crate) fn io_error(e: ProcError) -> std::io::Error {
+fn io_error(e: ProcError) -> std::io::Error {
     match e {
         ProcError::PermissionDenied(_) => std::io::Error::from_raw_os_error(libc::EACCES),
         ProcError::NotFound(_) => std::io::Error::from_raw_os_error(libc::ENOENT),
