@@ -37,14 +37,9 @@ fn read_trimmed(path: &str) -> Option<String> {
 
 /// Effective capabilities of this process (`CapEff`).
 fn own_capabilities() -> u64 {
-    fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
-        .unwrap_or(0)
+    procfs::process::Process::myself()
+        .and_then(|me| me.status())
+        .map_or(0, |status| status.capeff)
 }
 
 const CAP_SYS_PTRACE: u32 = 19;

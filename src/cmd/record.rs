@@ -285,12 +285,15 @@ fn status_line(
 /// A reader of this process's memory figures in KiB (`VmRSS:`, `VmHWM:`, `RssAnon:` of
 /// `/proc/self/status`, read once), 0 for one missing.
 pub(crate) fn own_memory_kib() -> impl Fn(&str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let status = procfs::process::Process::myself().and_then(|me| me.status());
     move |key: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .unwrap_or(0)
+        let Ok(status) = &status else { return 0 };
+        match key {
+            "VmRSS:" => status.vmrss,
+            "VmHWM:" => status.vmhwm,
+            "RssAnon:" => status.rssanon,
+            _ => None,
+        }
+        .unwrap_or(0)
     }
 }

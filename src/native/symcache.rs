@@ -235,19 +235,10 @@ fn enough_memory_to_build(debug_file: &Path) -> Result<(), String> {
     }
 }
 
+/// `MemAvailable` of `/proc/meminfo`, in bytes.
 fn host_available_memory() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))?;
-    Some(
-        kib.trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse::<u64>()
-            .ok()?
-            * 1024,
-    )
+    use procfs::Current;
+    procfs::Meminfo::current().ok()?.mem_available
 }
 
 /// What our cgroup v2 memory limit leaves, if one is set.

@@ -8,6 +8,7 @@
 //! `perf_event_paranoid` = -1. There we set our own ceiling, since ring pages are unswappable
 //! kernel memory allocated in full when mapped.
 
+use procfs::Current;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A busy thread's ring holds this much of its CPU time in samples. The engine drains every
@@ -79,25 +80,16 @@ impl Host {
         let rlimit_memlock =
             nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK)
                 .map_or(0, |(soft, _)| soft);
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-                .map(str::trim)
-        };
-        let pinned_kib: u64 = field("VmPin")
-            .and_then(|v| v.trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(0);
+        let status = procfs::process::Process::myself().and_then(|me| me.status());
+        let pinned_kib: u64 = status.as_ref().ok().and_then(|s| s.vmpin).unwrap_or(0);
         const CAP_IPC_LOCK: u32 = 14;
-        let cap_ipc_lock = field("CapEff")
-            .and_then(|v| u64::from_str_radix(v, 16).ok())
-            .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0);
-        let mem_available = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
-            let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
-            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kib * 1024)
-        });
+        let cap_ipc_lock = status
+            .as_ref()
+            .is_ok_and(|s| s.capeff & (1 << CAP_IPC_LOCK) != 0);
+        // In bytes.
+        let mem_available = procfs::Meminfo::current()
+            .ok()
+            .and_then(|m| m.mem_available);
         Host {
             page_size,
             // The kernel's default; a missing file means no perf events, which fails elsewhere.

@@ -170,12 +170,16 @@ fn read_stack(mem: &ProcessMemory, sp: u64, max: usize) -> Vec<u8> {
 
 /// The one-letter state of `/proc/<pid>/task/<tid>/stat` (R running, S sleeping, D disk, …).
 pub fn os_state(pid: u32, tid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
+    let tid = i32::try_from(tid).ok()?;
+    let stat = super::process::proc_process(pid)
+        .and_then(|p| p.task_from_tid(tid)?.stat())
+        .ok()?;
+    Some(stat.state)
 }
 
 /// Stack pointer and pc of a thread blocked in a system call: `/proc/…/syscall` is
-/// `NR arg1 … arg6 SP PC` then (proc(5)); `running` or `-1 SP PC` otherwise.
+/// `NR arg1 … arg6 SP PC` then (proc(5)); `running` or `-1 SP PC` otherwise. Read by hand:
+/// `procfs`'s `Task::syscall` fails on the `-1 SP PC` form.
 fn blocked_regs(pid: u32, tid: u32) -> Option<Regs> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
     parse_syscall_file(&text)
@@ -208,6 +212,9 @@ mod tests {
         assert_eq!((regs.sp, regs.ip), (0x7f0c2b5fe9c0, 0x7f0c4ba8e3fd));
         assert_eq!(regs.abi, 2);
         assert!(parse_syscall_file("running\n").is_none());
+        // Blocked outside a system call: no arguments (procfs's parser rejects this form).
+        let regs = parse_syscall_file("-1 0x7f0c2b5fe9c0 0x7f0c4ba8e3fd\n").unwrap();
+        assert_eq!((regs.sp, regs.ip), (0x7f0c2b5fe9c0, 0x7f0c4ba8e3fd));
     }
 
     /// A busy thread of a child process is stopped, read and let go: it keeps running after.

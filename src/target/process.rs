@@ -1,6 +1,11 @@
 //! Facts about the target process read from `/proc/<pid>`: namespaces, credentials, signals, mappings.
+//!
+//! The files `procfs` parses (status, stat, maps, the task list) are read through it; the rest
+//! (`timens_offsets`, and the `root`/`cwd` paths) by hand.
 
-use crate::error::{err, Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
+use procfs::process::{MMapPath, MemoryMap, Process, Status};
+use procfs::ProcError;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -30,31 +35,75 @@ pub struct Mapping {
     pub path: String,
 }
 
+/// `/proc/<pid>` of a process of our pid namespace, through `procfs`.
+pub(crate) fn proc_process(pid: u32) -> procfs::ProcResult<Process> {
+    match i32::try_from(pid) {
+        Ok(pid) => Process::new(pid),
+        Err(_) => Err(ProcError::NotFound(Some(PathBuf::from(format!(
+            "/proc/{pid}"
+        ))))),
+    }
+}
+
+/// Thread ids in `/proc/<pid>/task`, sorted. Threads that exit while the directory is read are
+/// left out.
+fn thread_ids(pid: u32) -> procfs::ProcResult<Vec<u32>> {
+    let mut tids: Vec<u32> = proc_process(pid)?
+        .tasks()?
+        .filter_map(|t| u32::try_from(t.ok()?.tid).ok())
+        .collect();
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+/// A `procfs` error as the `std::io::Error` of the read that failed, whose text (`Permission
+/// denied (os error 13)`) our messages quote.
+fn io_error(e: ProcError) -> std::io::Error {
+    match e {
+        ProcError::PermissionDenied(_) => std::io::Error::from_raw_os_error(libc::EACCES),
+        ProcError::NotFound(_) => std::io::Error::from_raw_os_error(libc::ENOENT),
+        ProcError::Io(e, _) => e,
+        e => std::io::Error::other(e),
+    }
+}
+
+/// An error of reading `/proc/<pid>/<file>`: one the OS gave means we may not read it (or the
+/// process has gone), one of parsing is an internal error.
+fn read_error(path: &str, e: ProcError) -> Error {
+    match e {
+        ProcError::InternalError(_) | ProcError::Other(_) => {
+            Error::new(ErrorKind::Internal, format!("cannot parse {path}: {e}"))
+        }
+        e => Error::new(
+            ErrorKind::Permission,
+            format!(
+                "cannot read {path}: {} (run as the JVM's user or root)",
+                io_error(e)
+            ),
+        ),
+    }
+}
+
 impl TargetProcess {
     pub fn open(pid: u32) -> Result<Self> {
         let status_path = format!("/proc/{pid}/status");
-        let status = fs::read_to_string(&status_path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => Error::new(
-                ErrorKind::NoProcess,
-                format!("process {pid} does not exist (check the pid with `jps` or `pgrep java`)"),
-            ),
-            _ => Error::new(
-                ErrorKind::Permission,
-                format!("cannot read {status_path}: {e} (run as the JVM's user or root)"),
-            ),
-        })?;
-        parse_status(pid, &status)
+        let status = proc_process(pid)
+            .and_then(|p| p.status())
+            .map_err(|e| match e {
+                ProcError::NotFound(_) => Error::new(
+                    ErrorKind::NoProcess,
+                    format!(
+                        "process {pid} does not exist (check the pid with `jps` or `pgrep java`)"
+                    ),
+                ),
+                e => read_error(&status_path, e),
+            })?;
+        Ok(from_status(pid, &status))
     }
 
     /// The process still exists and is not a zombie.
     pub fn is_alive(&self) -> bool {
-        match fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
-            Ok(stat) => stat
-                .rsplit_once(") ")
-                .map(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
-                .unwrap_or(false),
-            Err(_) => false,
-        }
+        proc_process(self.pid).is_ok_and(|p| p.is_alive())
     }
 
     /// `/proc/<pid>/root`: the target's view of the file system (its mount namespace and chroot).
@@ -79,49 +128,39 @@ impl TargetProcess {
 
     pub fn maps(&self) -> Result<Vec<Mapping>> {
         let path = format!("/proc/{}/maps", self.pid);
-        let text = fs::read_to_string(&path).map_err(|e| {
-            Error::new(
-                ErrorKind::Permission,
-                format!("cannot read {path}: {e} (run as the JVM's user or root)"),
-            )
-        })?;
-        Ok(text.lines().filter_map(parse_maps_line).collect())
+        let maps = proc_process(self.pid)
+            .and_then(|p| p.maps())
+            .map_err(|e| read_error(&path, e))?;
+        Ok(maps.into_iter().map(Mapping::from).collect())
     }
 
     /// Thread ids currently in the process.
     pub fn threads(&self) -> Vec<u32> {
-        let mut tids: Vec<u32> = fs::read_dir(format!("/proc/{}/task", self.pid))
-            .map(|dir| {
-                dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default();
-        tids.sort_unstable();
-        tids
+        thread_ids(self.pid).unwrap_or_default()
     }
 
     /// Thread ids as the target sees them (its pid namespace) → ours. Identity outside containers.
     pub fn ns_tid_map(&self) -> std::collections::HashMap<u32, u32> {
-        self.threads()
-            .into_iter()
-            .filter_map(|tid| {
-                let status =
-                    fs::read_to_string(format!("/proc/{}/task/{tid}/status", self.pid)).ok()?;
-                let inner = status
-                    .lines()
-                    .find_map(|l| l.strip_prefix("NSpid:"))
-                    .and_then(|v| v.split_whitespace().last()?.parse().ok())
-                    .unwrap_or(tid);
-                Some((inner, tid))
+        let Ok(tasks) = proc_process(self.pid).and_then(|p| p.tasks()) else {
+            return Default::default();
+        };
+        tasks
+            .filter_map(|task| {
+                let task = task.ok()?;
+                let tid = u32::try_from(task.tid).ok()?;
+                let status = task.status().ok()?;
+                Some((last_nspid(&status).unwrap_or(tid), tid))
             })
             .collect()
     }
 
     /// The short (15-byte) kernel name of a thread.
     pub fn thread_comm(&self, tid: u32) -> Option<String> {
-        fs::read_to_string(format!("/proc/{}/task/{tid}/comm", self.pid))
-            .ok()
-            .map(|s| s.trim_end_matches('\n').to_string())
+        let tid = i32::try_from(tid).ok()?;
+        let stat = proc_process(self.pid)
+            .and_then(|p| p.task_from_tid(tid)?.stat())
+            .ok()?;
+        Some(stat.comm)
     }
 
     /// Offset of the target's CLOCK_MONOTONIC relative to ours (time namespaces), in ns.
@@ -133,58 +172,50 @@ impl TargetProcess {
     }
 }
 
-fn parse_status(pid: u32, status: &str) -> Result<TargetProcess> {
-    let field = |name: &str| -> Option<&str> {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .map(str::trim)
-    };
-    let second =
-        |name: &str| -> Option<u32> { field(name)?.split_whitespace().nth(1)?.parse().ok() };
-    let hex = |name: &str| -> u64 {
-        field(name)
-            .and_then(|v| u64::from_str_radix(v, 16).ok())
-            .unwrap_or(0)
-    };
-    let nspid = field("NSpid")
-        .and_then(|v| v.split_whitespace().last()?.parse().ok())
-        .unwrap_or(pid);
-    let (Some(euid), Some(egid)) = (second("Uid"), second("Gid")) else {
-        return err(
-            ErrorKind::Internal,
-            format!("/proc/{pid}/status has no Uid/Gid lines"),
-        );
-    };
-    Ok(TargetProcess {
-        pid,
-        nspid,
-        euid,
-        egid,
-        sig_caught: hex("SigCgt"),
-        sig_ignored: hex("SigIgn"),
-        name: field("Name").unwrap_or("").to_string(),
-    })
+/// The pid as the process sees itself: the last entry of `NSpid:` (none before Linux 4.1).
+fn last_nspid(status: &Status) -> Option<u32> {
+    u32::try_from(*status.nspid.as_ref()?.last()?).ok()
 }
 
-fn parse_maps_line(line: &str) -> Option<Mapping> {
-    let mut it = line.splitn(6, ' ');
-    let range = it.next()?;
-    let perms = it.next()?.to_string();
-    let offset = u64::from_str_radix(it.next()?, 16).ok()?;
-    let dev = it.next()?.to_string();
-    let inode = it.next()?.parse().ok()?;
-    let path = it.next().unwrap_or("").trim_start().to_string();
-    let (start, end) = range.split_once('-')?;
-    Some(Mapping {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        perms,
-        offset,
-        dev,
-        inode,
-        path,
-    })
+fn from_status(pid: u32, status: &Status) -> TargetProcess {
+    TargetProcess {
+        pid,
+        nspid: last_nspid(status).unwrap_or(pid),
+        euid: status.euid,
+        egid: status.egid,
+        sig_caught: status.sigcgt,
+        sig_ignored: status.sigign,
+        name: status.name.clone(),
+    }
+}
+
+impl From<MemoryMap> for Mapping {
+    /// The line's fields as the kernel wrote them (`procfs` parses the path into a kind).
+    fn from(m: MemoryMap) -> Mapping {
+        let path = match m.pathname {
+            MMapPath::Path(p) => p.to_string_lossy().into_owned(),
+            MMapPath::Heap => "[heap]".into(),
+            MMapPath::Stack => "[stack]".into(),
+            MMapPath::TStack(tid) => format!("[stack:{tid}]"),
+            MMapPath::Vdso => "[vdso]".into(),
+            MMapPath::Vvar => "[vvar]".into(),
+            MMapPath::Vsyscall => "[vsyscall]".into(),
+            MMapPath::Rollup => "[rollup]".into(),
+            MMapPath::Anonymous => String::new(),
+            // The kernel names System V shared memory `/SYSV<key> (deleted)`.
+            MMapPath::Vsys(key) => format!("/SYSV{:08x} (deleted)", key as u32),
+            MMapPath::Other(name) => format!("[{name}]"),
+        };
+        Mapping {
+            start: m.address.0,
+            end: m.address.1,
+            perms: m.perms.as_str(),
+            offset: m.offset,
+            dev: format!("{:02x}:{:02x}", m.dev.0, m.dev.1),
+            inode: m.inode,
+            path,
+        }
+    }
 }
 
 fn parse_timens_monotonic(text: &str) -> Option<i64> {
@@ -199,13 +230,57 @@ fn parse_timens_monotonic(text: &str) -> Option<i64> {
 mod tests {
     use super::*;
 
+    use procfs::FromRead;
+
+    /// A `/proc/<pid>/status` as Linux 6.x writes it, with the lines given replacing its own
+    /// (`NSpid:` dropped when not given, as before Linux 4.1).
+    fn status(lines: &[(&str, &str)]) -> Status {
+        let mut text = String::new();
+        for (key, value) in [
+            ("Name", "java"),
+            ("Umask", "0022"),
+            ("State", "S (sleeping)"),
+            ("Tgid", "4242"),
+            ("Ngid", "0"),
+            ("Pid", "4242"),
+            ("PPid", "1"),
+            ("TracerPid", "0"),
+            ("Uid", "0\t0\t0\t0"),
+            ("Gid", "0\t0\t0\t0"),
+            ("FDSize", "256"),
+            ("Groups", " "),
+            ("NSpid", ""),
+            ("VmPin", "       0 kB"),
+            ("VmRSS", "   16920 kB"),
+            ("Threads", "23"),
+            ("SigQ", "0/96365"),
+            ("SigPnd", "0000000000000000"),
+            ("ShdPnd", "0000000000000000"),
+            ("SigBlk", "0000000000000000"),
+            ("SigIgn", "0000000000000000"),
+            ("SigCgt", "0000000000000000"),
+            ("CapInh", "0000000000000000"),
+            ("CapPrm", "0000000000000000"),
+            ("CapEff", "0000000000000000"),
+            ("voluntary_ctxt_switches", "3"),
+        ] {
+            let value = lines.iter().find(|l| l.0 == key).map_or(value, |l| l.1);
+            if !(key == "NSpid" && value.is_empty()) {
+                text += &format!("{key}:\t{value}\n");
+            }
+        }
+        Status::from_read(text.as_bytes()).unwrap()
+    }
+
     #[test]
     fn status_of_a_containerised_jvm() {
-        let status =
-            "Name:\tjava\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\nNgid:\t0\nPid:\t4242\n\
-            Uid:\t1000\t1001\t1001\t1001\nGid:\t100\t101\t101\t101\nNSpid:\t4242\t7\n\
-            SigIgn:\t0000000000000000\nSigCgt:\t0000000101001cce\n";
-        let p = parse_status(4242, status).unwrap();
+        let status = status(&[
+            ("Uid", "1000\t1001\t1001\t1001"),
+            ("Gid", "100\t101\t101\t101"),
+            ("NSpid", "4242\t7"),
+            ("SigCgt", "0000000101001cce"),
+        ]);
+        let p = from_status(4242, &status);
         assert_eq!((p.nspid, p.euid, p.egid), (7, 1001, 101));
         assert!(p.catches_signal(3), "SIGQUIT is bit 2 of SigCgt");
         assert_eq!(p.name, "java");
@@ -213,23 +288,108 @@ mod tests {
 
     #[test]
     fn sigquit_not_caught_under_xrs() {
-        let status = "Name:\tjava\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nSigIgn:\t0000000000000000\nSigCgt:\t0000000101001cc8\n";
-        let p = parse_status(1, status).unwrap();
+        let p = from_status(1, &status(&[("SigCgt", "0000000101001cc8")]));
         assert!(!p.catches_signal(3));
         assert_eq!(p.nspid, 1, "no NSpid line: fall back to the pid");
     }
 
     #[test]
+    fn our_own_status() {
+        let p = TargetProcess::open(std::process::id()).unwrap();
+        assert_eq!(
+            p.nspid,
+            std::process::id(),
+            "tests run in the host's pid namespace"
+        );
+        assert_eq!(p.euid, nix::unistd::geteuid().as_raw());
+        assert!(p.is_alive());
+        assert_eq!(
+            TargetProcess::open(u32::MAX).unwrap_err().kind,
+            ErrorKind::NoProcess
+        );
+    }
+
+    fn maps(text: &str) -> Vec<Mapping> {
+        procfs::process::MemoryMaps::from_read(text.as_bytes())
+            .unwrap()
+            .into_iter()
+            .map(Mapping::from)
+            .collect()
+    }
+
+    #[test]
     fn maps_lines() {
-        let m = parse_maps_line(
-            "7f0e2c000000-7f0e2c200000 r-xp 00001000 fd:00 1234    /usr/lib/jvm/x/lib/server/libjvm.so",
-        )
-        .unwrap();
-        assert_eq!(m.start, 0x7f0e2c000000);
-        assert_eq!(m.offset, 0x1000);
-        assert_eq!(m.path, "/usr/lib/jvm/x/lib/server/libjvm.so");
-        let anon = parse_maps_line("7f0e2c000000-7f0e2c200000 rw-p 00000000 00:00 0 ").unwrap();
-        assert_eq!(anon.path, "");
+        let text = "\
+            7f0e2c000000-7f0e2c200000 r-xp 00001000 fd:00 1234                       /usr/lib/jvm/x/lib/server/libjvm.so\n\
+            7f0e2c200000-7f0e2c400000 rw-p 00000000 00:00 0 \n\
+            7f0e2c400000-7f0e2c500000 r--p 00000000 103:02 77                        /tmp/perf-1.map (deleted)\n\
+            7f0e2c500000-7f0e2c600000 rw-s 00000000 00:01 98310                      /SYSV0000a1b2 (deleted)\n\
+            7f0e2c600000-7f0e2c700000 rw-p 00000000 00:00 0                          [anon:glibc malloc]\n\
+            7ffd1a2b3000-7ffd1a2d4000 rw-p 00000000 00:00 0                          [stack]\n\
+            7ffd1a3c5000-7ffd1a3c7000 r-xp 00000000 00:00 0                          [vdso]\n";
+        let m = maps(text);
+        assert_eq!(m.len(), 7);
+        assert_eq!(
+            m[0],
+            Mapping {
+                start: 0x7f0e2c000000,
+                end: 0x7f0e2c200000,
+                perms: "r-xp".into(),
+                offset: 0x1000,
+                dev: "fd:00".into(),
+                inode: 1234,
+                path: "/usr/lib/jvm/x/lib/server/libjvm.so".into(),
+            }
+        );
+        let paths: Vec<&str> = m.iter().map(|m| m.path.as_str()).collect();
+        assert_eq!(
+            paths[1..],
+            [
+                "",
+                "/tmp/perf-1.map (deleted)",
+                "/SYSV0000a1b2 (deleted)",
+                "[anon:glibc malloc]",
+                "[stack]",
+                "[vdso]"
+            ]
+        );
+        assert_eq!((m[2].dev.as_str(), m[3].perms.as_str()), ("103:02", "rw-s"));
+    }
+
+    /// Our own maps, as procfs gives them, match the file line for line.
+    #[test]
+    fn our_own_maps_as_the_kernel_wrote_them() {
+        let mapped = TargetProcess::open(std::process::id())
+            .unwrap()
+            .maps()
+            .unwrap();
+        let text = fs::read_to_string("/proc/self/maps").unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(mapped.len() > 10);
+        for m in &mapped {
+            let head = format!(
+                "{:x}-{:x} {} {:08x} {} {}",
+                m.start, m.end, m.perms, m.offset, m.dev, m.inode
+            );
+            // Mappings may come and go between the two reads (other tests run meanwhile).
+            if let Some(line) = lines.iter().find(|l| l.starts_with(&format!("{head} "))) {
+                assert_eq!(line[head.len()..].trim(), m.path, "{line}");
+            }
+        }
+        assert!(mapped.iter().any(|m| m.path.ends_with("[stack]")));
+    }
+
+    #[test]
+    fn our_own_threads() {
+        let me = TargetProcess::open(std::process::id()).unwrap();
+        let tids = me.threads();
+        assert!(tids.contains(&std::process::id()));
+        assert!(tids.windows(2).all(|w| w[0] < w[1]));
+        let tid = nix::unistd::gettid().as_raw() as u32;
+        assert_eq!(me.ns_tid_map().get(&tid), Some(&tid));
+        let comm = fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap();
+        assert_eq!(me.thread_comm(tid).as_deref(), Some(comm.trim_end()));
+        assert_eq!(me.thread_comm(u32::MAX), None);
     }
 
     #[test]

@@ -2,8 +2,13 @@
 //! their signal handlers in place (an attach signals the JVM), and named for people by their main
 //! class or jar.
 
+use crate::target::process::proc_process;
+use procfs::process::{MMapPath, Process};
+use procfs::Current;
 use regex::Regex;
 use std::collections::HashMap;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -39,32 +44,33 @@ impl Seen {
     pub fn scan(&mut self, selection: &Selection) -> Vec<FoundJvm> {
         let me = std::process::id();
         let pids: Vec<u32> = if selection.pids.is_empty() {
-            std::fs::read_dir("/proc")
-                .map(|d| {
-                    d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            procfs::process::all_processes()
+                .map(|all| {
+                    all.filter_map(|p| u32::try_from(p.ok()?.pid).ok())
                         .collect()
                 })
                 .unwrap_or_default()
         } else {
             selection.pids.clone()
         };
-        self.seen
-            .retain(|pid, _| Path::new(&format!("/proc/{pid}")).exists());
+        self.seen.retain(|&pid, _| proc_process(pid).is_ok());
         let mut found = Vec::new();
         for pid in pids.into_iter().filter(|&p| p != me) {
-            let Some((start, age)) = start_and_age(pid) else {
+            let Ok(process) = proc_process(pid) else {
                 continue;
             };
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let Some((start, age, comm)) = start_and_age(&process) else {
+                continue;
+            };
             let key = (start, comm.trim().to_string());
             if self.seen.get(&pid) == Some(&key) || age < MIN_AGE {
                 continue;
             }
             self.seen.insert(pid, key);
-            if !maps_libjvm(pid) {
+            if !maps_libjvm(&process) {
                 continue;
             }
-            let args = command_line(pid);
+            let args = command_line(&process);
             if selection
                 .pattern
                 .as_ref()
@@ -79,15 +85,25 @@ impl Seen {
     }
 }
 
-fn maps_libjvm(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .is_ok_and(|maps| maps.lines().any(|l| l.ends_with("/libjvm.so")))
+fn maps_libjvm(process: &Process) -> bool {
+    process.maps().is_ok_and(|maps| {
+        maps.iter().any(|m| match &m.pathname {
+            MMapPath::Path(p) => p.as_os_str().as_bytes().ends_with(b"/libjvm.so"),
+            _ => false,
+        })
+    })
 }
 
-fn command_line(pid: u32) -> Vec<String> {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| {
-            b.split(|&c| c == 0)
+/// The arguments, read as bytes and made UTF-8 lossily: `procfs`'s `cmdline` fails on an
+/// argument that is not UTF-8.
+fn command_line(process: &Process) -> Vec<String> {
+    let mut bytes = Vec::new();
+    process
+        .open_relative("cmdline")
+        .and_then(|mut f| Ok(f.read_to_end(&mut bytes)?))
+        .map(|_| {
+            bytes
+                .split(|&c| c == 0)
                 .filter(|a| !a.is_empty())
                 .map(|a| String::from_utf8_lossy(a).into_owned())
                 .collect()
@@ -95,23 +111,14 @@ fn command_line(pid: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The process's start time (clock ticks after boot, field 22 of `/proc/PID/stat`) and its age.
-fn start_and_age(pid: u32) -> Option<(u64, Duration)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(") ")?;
-    let start: u64 = rest.split_whitespace().nth(19)?.parse().ok()?;
-    // SAFETY: sysconf with an integer argument only.
-    let ticks = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
-        .ok()
-        .filter(|&t| t > 0)?;
-    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    let age = (uptime - start as f64 / ticks as f64).max(0.0);
-    Some((start, Duration::from_secs_f64(age)))
+/// The process's start time (clock ticks after boot, field 22 of `/proc/PID/stat`), its age and
+/// its command name (the same as `/proc/PID/comm`).
+fn start_and_age(process: &Process) -> Option<(u64, Duration, String)> {
+    let stat = process.stat().ok()?;
+    let ticks = Some(procfs::ticks_per_second()).filter(|&t| t > 0)?;
+    let uptime = procfs::Uptime::current().ok()?.uptime;
+    let age = (uptime - stat.starttime as f64 / ticks as f64).max(0.0);
+    Some((stat.starttime, Duration::from_secs_f64(age), stat.comm))
 }
 
 /// Options of the `java` launcher that take the next argument as their value.
@@ -218,5 +225,17 @@ mod tests {
             pattern: None,
         };
         assert!(seen.scan(&selection).iter().all(|j| j.pid != me));
+    }
+
+    #[test]
+    fn start_age_name_and_arguments_of_this_process() {
+        let me = proc_process(std::process::id()).unwrap();
+        let (start, age, comm) = start_and_age(&me).unwrap();
+        assert!(start > 0 && age < Duration::from_secs(24 * 3600 * 365));
+        let expected = std::fs::read_to_string("/proc/self/comm").unwrap();
+        assert_eq!(comm, expected.trim_end());
+        let args: Vec<String> = std::env::args().collect();
+        assert_eq!(command_line(&me), args);
+        assert!(!maps_libjvm(&me));
     }
 }
