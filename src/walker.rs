@@ -132,11 +132,14 @@ impl<'a, M: TargetMemory> StackView<'a, M> {
     }
 }
 
-pub struct StackWalker {
+/// Walks samples of one JVM whose memory it reads through `M`: the live process
+/// ([`ProcessMemory`]), or a captured snapshot in tests. `M` is a small copyable handle (the
+/// process id, or a reference to the snapshot), and each walker is compiled for its own memory.
+pub struct StackWalker<M = ProcessMemory> {
     pub native: NativeUnwinder,
     code_cache: Option<CodeCache>,
     methods: Option<MethodLayout>,
-    mem: ProcessMemory,
+    mem: M,
     blobs: HashMap<u64, Option<Arc<BlobInfo>>>,
     /// pc → start of its blob: the segment-map walk costs several target reads, and the same
     /// return addresses recur in almost every sample.
@@ -157,8 +160,8 @@ pub struct StackWalker {
 /// JVMs that keep loading classes).
 const MAX_CACHED: usize = 1 << 16;
 
-impl StackWalker {
-    pub fn new(hotspot: &HotSpot, native: NativeUnwinder) -> Self {
+impl<M: TargetMemory + Copy> StackWalker<M> {
+    pub fn new(hotspot: &HotSpot<M>, native: NativeUnwinder) -> Self {
         let vs = &hotspot.vmstructs;
         let call_stub_return = frame::call_stub_return_address(vs, &hotspot.mem).unwrap_or(0);
         StackWalker {
@@ -175,13 +178,18 @@ impl StackWalker {
         }
     }
 
+    /// The memory the walker reads.
+    pub fn memory(&self) -> M {
+        self.mem
+    }
+
     pub fn method_layout(&self) -> Option<&MethodLayout> {
         self.methods.as_ref()
     }
 
     /// Forget cached blob headers: call when the code cache changed (the shim reported loads or
     /// unloads), since freed blobs' addresses are reused.
-    pub fn code_changed(&mut self, hotspot: &HotSpot) {
+    pub fn code_changed(&mut self, hotspot: &HotSpot<M>) {
         self.blobs.clear();
         self.pc_blobs.clear();
         self.code_bytes.clear();
@@ -303,7 +311,7 @@ impl StackWalker {
         r: NativeRegs,
         first: bool,
         regs: &Regs,
-        view: &StackView<'_, ProcessMemory>,
+        view: &StackView<'_, M>,
         out: &mut Vec<RawFrame>,
     ) -> Result<Option<NativeRegs>, Truncation> {
         let rd = |a: u64| view.read(a).map_err(|_| Truncation::BadStack);
@@ -343,7 +351,7 @@ impl StackWalker {
         blob: &BlobInfo,
         r: NativeRegs,
         first: bool,
-        view: &StackView<'_, ProcessMemory>,
+        view: &StackView<'_, M>,
     ) -> Result<NativeRegs, Truncation> {
         let rd = |a: u64| view.read(a).map_err(|_| Truncation::BadStack);
         let ret_at_sp = |this: &mut Self| -> Result<Option<NativeRegs>, Truncation> {
@@ -418,7 +426,7 @@ impl StackWalker {
         &mut self,
         r: NativeRegs,
         first: bool,
-        view: &StackView<'_, ProcessMemory>,
+        view: &StackView<'_, M>,
     ) -> Result<NativeRegs, Truncation> {
         let rd = |a: u64| view.read(a).map_err(|_| Truncation::BadStack);
         let ret_at_sp = || -> Result<NativeRegs, Truncation> {
@@ -468,7 +476,7 @@ impl StackWalker {
         r: NativeRegs,
         first: bool,
         regs: &Regs,
-        view: &StackView<'_, ProcessMemory>,
+        view: &StackView<'_, M>,
         out: &mut Vec<RawFrame>,
     ) -> Result<NativeRegs, Truncation> {
         let rd = |a: u64| view.read(a).map_err(|_| Truncation::BadStack);
