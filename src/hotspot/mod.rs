@@ -13,6 +13,7 @@ pub mod frame;
 pub mod libjvm;
 pub mod method;
 pub mod scopes;
+pub mod snapshot;
 pub mod threads;
 pub mod unsigned5;
 pub mod vmstructs;
@@ -28,7 +29,7 @@ use vmstructs::{VmStructs, VmStructsError};
 
 /// A HotSpot JVM as seen from outside: its libjvm, its VMStructs, and its memory: the live
 /// process's ([`ProcessMemory`], from [`HotSpot::open`]), or a snapshot of what was read of it
-/// ([`crate::target::SnapshotMemory`]), so the walker and symbolizer are tested on captures.
+/// ([`snapshot::ThreadSnapshot::hotspot`]), so the walker and symbolizer are tested on captures.
 pub struct HotSpot<M = ProcessMemory> {
     pub libjvm: LibJvm,
     pub vmstructs: VmStructs,
