@@ -8,7 +8,7 @@ use crate::java_names::class_name;
 use crate::jit::codemap::{CodeEntry, CodeKind, CodeMap};
 use crate::native::{KernelSymbols, NativeSymbolizer, NativeUnwinder};
 use crate::profile::{Frame, FrameId, FrameKind, Profile};
-use crate::target::ProcessMemory;
+use crate::target::{ProcessMemory, TargetMemory};
 use crate::walker::{RawFrame, StackWalker};
 use foldhash::{HashMap, HashSet};
 use nix::time::{clock_gettime, ClockId};
@@ -16,9 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Names frames; lives for a whole recording so its caches (and loaded debug info) are built once.
-pub struct Symbolizer {
+/// `Method*`s are read through `M`: the live process, or a snapshot in tests.
+pub struct Symbolizer<M = ProcessMemory> {
     methods: Option<MethodLayout>,
-    mem: ProcessMemory,
+    mem: M,
     native_symbols: NativeSymbolizer,
     pub kernel: Option<KernelSymbols>,
     method_cache: HashMap<u64, Option<MethodName>>,
@@ -154,12 +155,8 @@ impl WarmingSymbols {
     }
 }
 
-impl Symbolizer {
-    pub fn new(
-        methods: Option<MethodLayout>,
-        mem: ProcessMemory,
-        native_symbols: NativeSymbolizer,
-    ) -> Self {
+impl<M: TargetMemory> Symbolizer<M> {
+    pub fn new(methods: Option<MethodLayout>, mem: M, native_symbols: NativeSymbolizer) -> Self {
         Symbolizer {
             methods,
             mem,
@@ -208,11 +205,10 @@ impl Symbolizer {
     }
 
     fn method_by_ptr(&mut self, method: u64) -> Option<&MethodName> {
-        let layout = self.methods.as_ref()?;
-        let mem = self.mem;
+        let (layout, mem) = (self.methods.as_ref()?, &self.mem);
         self.method_cache
             .entry(method)
-            .or_insert_with(|| layout.read(&mem, method))
+            .or_insert_with(|| layout.read(mem, method))
             .as_ref()
     }
 
@@ -284,11 +280,11 @@ impl Symbolizer {
     /// are built once per distinct code version and address; a sample costs hash lookups.
     /// For compiled code, returns whether it was compiled after the attach (exact inline info).
     /// `same_names` is narrowed to the times around `time` at which the frame gets the same names.
-    pub fn frames(
+    pub fn frames<W: TargetMemory + Copy>(
         &mut self,
         profile: &mut Profile,
         code: &CodeMap,
-        walker: &mut StackWalker,
+        walker: &mut StackWalker<W>,
         (raw, time): (&RawFrame, u64),
         same_names: &mut std::ops::Range<u64>,
         out: &mut Vec<FrameId>,

@@ -132,11 +132,14 @@ impl<'a, M: TargetMemory> StackView<'a, M> {
     }
 }
 
-pub struct StackWalker {
+/// Walks samples of one JVM whose memory it reads through `M`: the live process
+/// ([`ProcessMemory`]), or a captured snapshot in tests. `M` is a small copyable handle (the
+/// process id, or a reference to the snapshot), and each walker is compiled for its own memory.
+pub struct StackWalker<M = ProcessMemory> {
     pub native: NativeUnwinder,
     code_cache: Option<CodeCache>,
     methods: Option<MethodLayout>,
-    mem: ProcessMemory,
+    mem: M,
     blobs: HashMap<u64, Option<Arc<BlobInfo>>>,
     /// pc → start of its blob: the segment-map walk costs several target reads, and the same
     /// return addresses recur in almost every sample.
@@ -157,8 +160,8 @@ pub struct StackWalker {
 /// JVMs that keep loading classes).
 const MAX_CACHED: usize = 1 << 16;
 
-impl StackWalker {
-    pub fn new(hotspot: &HotSpot, native: NativeUnwinder) -> Self {
+impl<M: TargetMemory + Copy> StackWalker<M> {
+    pub fn new(hotspot: &HotSpot<M>, native: NativeUnwinder) -> Self {
         let vs = &hotspot.vmstructs;
         let call_stub_return = frame::call_stub_return_address(vs, &hotspot.mem).unwrap_or(0);
         StackWalker {
@@ -175,13 +178,18 @@ impl StackWalker {
         }
     }
 
+    /// The memory the walker reads.
+    pub fn memory(&self) -> M {
+        self.mem
+    }
+
     pub fn method_layout(&self) -> Option<&MethodLayout> {
         self.methods.as_ref()
     }
 
     /// Forget cached blob headers: call when the code cache changed (the shim reported loads or
     /// unloads), since freed blobs' addresses are reused.
-    pub fn code_changed(&mut self, hotspot: &HotSpot) {
+    pub fn code_changed(&mut self, hotspot: &HotSpot<M>) {
         self.blobs.clear();
         self.pc_blobs.clear();
         self.code_bytes.clear();
@@ -303,7 +311,7 @@ impl StackWalker {
         r: NativeRegs,
         first: bool,
         regs: &Regs,
-        view: &StackView<'_, ProcessMemory>,
+        view: &StackView<'_, M>,
         out: &mut Vec<RawFrame>,
     ) -> Result<Option<NativeRegs>, Truncation> {
         let rd = |a: u64| view.read(a).map_err(|_| Truncation::BadStack);
@@ -343,7 +351,7 @@ impl StackWalker {
         blob: &BlobInfo,
         r: NativeRegs,
         first: bool,
-        view: &StackView<'_, ProcessMemory>,
+        view: &StackView<'_, M>,
     ) -> Result<NativeRegs, Truncation> {
         let rd = |a: u64| view.read(a).map_err(|_| Truncation::BadStack);
         let ret_at_sp = |this: &mut Self| -> Result<Option<NativeRegs>, Truncation> {
@@ -418,7 +426,7 @@ impl StackWalker {
         &mut self,
         r: NativeRegs,
         first: bool,
-        view: &StackView<'_, ProcessMemory>,
+        view: &StackView<'_, M>,
     ) -> Result<NativeRegs, Truncation> {
         let rd = |a: u64| view.read(a).map_err(|_| Truncation::BadStack);
         let ret_at_sp = || -> Result<NativeRegs, Truncation> {
@@ -468,7 +476,7 @@ impl StackWalker {
         r: NativeRegs,
         first: bool,
         regs: &Regs,
-        view: &StackView<'_, ProcessMemory>,
+        view: &StackView<'_, M>,
         out: &mut Vec<RawFrame>,
     ) -> Result<NativeRegs, Truncation> {
         let rd = |a: u64| view.read(a).map_err(|_| Truncation::BadStack);
@@ -601,5 +609,343 @@ mod tests {
         deeper_only[8] ^= 0xff;
         let still = StackView::new(sp, copy, live(deeper_only));
         assert_eq!(still.read(beyond), Ok(256), "the leaf's frames may change");
+    }
+}
+
+/// The walker, and the naming of what it walked, on real JVM threads captured with the memory
+/// they read (`hotspot::snapshot`): the same code as a live recording, compiled for a snapshot.
+#[cfg(test)]
+mod snapshot_tests {
+    use super::*;
+    use crate::hotspot::snapshot::ThreadSnapshot;
+    use crate::jit::codemap::CodeMap;
+    use crate::native::NativeSymbolizer;
+    use crate::profile::{FrameKind, Profile};
+    use crate::symbolize::Symbolizer;
+    use crate::target::{MemError, SnapshotMemory};
+    use std::cell::Cell;
+
+    /// bench.Phases' worker on JDK 17.0.21 (Debian), captured (`cargo run --example
+    /// capture_walk`) while it ran the C2-compiled `hotLoop`, `inlinedHelper` inlined into it,
+    /// called by the interpreted `Worker.run` and `Thread.run` through the call stub from
+    /// `JavaCalls::call_helper` in libjvm.
+    fn jdk17() -> ThreadSnapshot {
+        ThreadSnapshot::parse(
+            include_str!("../tests/fixtures/jdk17-walk.txt"),
+            include_bytes!("../tests/fixtures/jdk17-walk.mem"),
+        )
+        .expect("the JDK 17 fixture parses")
+    }
+
+    /// The same on JDK 25.0.3 (Temurin): code blob bounds as offsets, debug info outside the
+    /// nmethod, UNSIGNED5 with a bias of 1, `Thread.run` through `runWith`, JDK methods in the
+    /// CDS archive.
+    fn jdk25() -> ThreadSnapshot {
+        ThreadSnapshot::parse(
+            include_str!("../tests/fixtures/jdk25-walk.txt"),
+            include_bytes!("../tests/fixtures/jdk25-walk.mem"),
+        )
+        .expect("the JDK 25 fixture parses")
+    }
+
+    /// Counts the reads that reach the memory.
+    struct Counting<'a> {
+        inner: &'a SnapshotMemory,
+        reads: Cell<usize>,
+    }
+
+    impl TargetMemory for Counting<'_> {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+            self.reads.set(self.reads.get() + 1);
+            self.inner.read(addr, buf)
+        }
+    }
+
+    /// (kind, name, signature, bci, line) of a frame.
+    type Named<'a> = (
+        FrameKind,
+        &'a str,
+        Option<&'a str>,
+        Option<i32>,
+        Option<u32>,
+    );
+
+    /// Whether `snap` replays to `want`, named as `jvmperf dump` names frames, and stops where
+    /// the snapshot has no unwind info.
+    fn assert_dump_frames(snap: &ThreadSnapshot, want: &[Named<'_>]) {
+        let named = snap.replay();
+        let frames: Vec<Named<'_>> = named
+            .frames
+            .iter()
+            .map(|f| {
+                let java = f.kind.is_java();
+                (
+                    f.kind,
+                    f.name.as_str(),
+                    f.signature.as_deref().filter(|_| java),
+                    f.bci.filter(|_| java),
+                    f.line,
+                )
+            })
+            .collect();
+        assert_eq!(frames, want);
+        assert_eq!(named.walk.truncated, Some(Truncation::NativeFailed));
+        assert!(!named.walk.rooted);
+    }
+
+    /// The Phases frames of both fixtures: Phases.java:135 `long x = acc * 6364136223846793005L
+    /// + salt;` in the inlined helper, :128 `acc = inlinedHelper(acc, i);` in hotLoop, :86
+    /// `seed += hotLoop(seed, deadline);` in Worker.run.
+    const PHASES: [Named<'static>; 3] = [
+        (
+            FrameKind::Inlined,
+            "bench.Phases.inlinedHelper",
+            Some("(JI)J"),
+            Some(9),
+            Some(135),
+        ),
+        (
+            FrameKind::Jit,
+            "bench.Phases.hotLoop",
+            Some("(JJ)J"),
+            Some(18),
+            Some(128),
+        ),
+        (
+            FrameKind::Interpreted,
+            "bench.Phases$Worker.run",
+            Some("()V"),
+            Some(72),
+            Some(86),
+        ),
+    ];
+
+    /// Names as `jvmperf dump` gives them: compiled frames and their inlined methods decoded from
+    /// the nmethod's debug info, interpreted frames from their `Method*` and bcp, the call stub
+    /// by its blob; native code has no unwind info in a snapshot, so the walk stops at
+    /// `JavaCalls::call_helper` (its return address, as `addr2line` on each JDK's libjvm.so
+    /// names it), named by module and offset.
+    #[test]
+    fn captured_stacks_are_walked_and_named_frame_by_frame() {
+        let mut want = PHASES.to_vec();
+        want.extend([
+            (
+                FrameKind::Interpreted,
+                "java.lang.Thread.run",
+                Some("()V"),
+                Some(11),
+                Some(840),
+            ),
+            (FrameKind::Stub, "StubRoutines (1)", None, None, None),
+            (FrameKind::Native, "libjvm.so+0x82aef2", None, None, None),
+        ]);
+        assert_dump_frames(&jdk17(), &want);
+
+        let mut want = PHASES.to_vec();
+        want.extend([
+            (
+                FrameKind::Interpreted,
+                "java.lang.Thread.runWith",
+                Some("(Ljava/lang/Object;Ljava/lang/Runnable;)V"),
+                Some(5),
+                Some(1487),
+            ),
+            (
+                FrameKind::Interpreted,
+                "java.lang.Thread.run",
+                Some("()V"),
+                Some(19),
+                Some(1474),
+            ),
+            (
+                FrameKind::Stub,
+                "StubRoutines (initialstubs)",
+                None,
+                None,
+                None,
+            ),
+            (FrameKind::Native, "libjvm.so+0xa23840", None, None, None),
+        ]);
+        assert_dump_frames(&jdk25(), &want);
+    }
+
+    /// The raw frames, and what the walker keeps for naming them later as a recording does:
+    /// interpreted methods named while they were live, compiled ones through the nmethod's
+    /// `Method*` (the fallback of a recording whose code map lacks the code).
+    fn check_raw_frames(snap: &ThreadSnapshot, interpreted: &[(&str, &str, i32)], stub: &str) {
+        let hotspot = snap.hotspot();
+        let mut walker = StackWalker::new(&hotspot, snap.native_unwinder());
+        let walk = walker.walk(&snap.regs, &snap.stack);
+        assert_eq!(walk.truncated, Some(Truncation::NativeFailed));
+        let n = walk.frames.len();
+        assert_eq!(n, interpreted.len() + 3, "{:#?}", walk.frames);
+
+        let RawFrame::Compiled {
+            pc,
+            method: hot_loop,
+        } = walk.frames[0]
+        else {
+            panic!("not compiled: {:?}", walk.frames[0]);
+        };
+        assert_eq!(pc, snap.regs.ip, "the top frame is at the sampled pc");
+        let nmethod = walker.blob_for(pc).expect("the top pc is in a blob");
+        assert_eq!(nmethod.kind, BlobKind::Nmethod);
+        assert_eq!(nmethod.method, hot_loop);
+        assert!(nmethod.code_begin <= pc && pc < nmethod.code_end);
+        assert!(
+            walker.method_names.get(hot_loop).is_none(),
+            "compiled frames are not named while walked"
+        );
+
+        for (raw, &(class, name, bci)) in walk.frames[1..].iter().zip(interpreted) {
+            let &RawFrame::Interpreted { method, bci: b } = raw else {
+                panic!("not interpreted: {raw:?}");
+            };
+            assert_eq!(b, bci, "{class}.{name}");
+            let (read, version) = walker.method_names.get(method).expect("named when walked");
+            let read = read.expect("readable");
+            assert_eq!((read.class.as_str(), read.name.as_str()), (class, name));
+            assert_eq!(version, 0);
+            assert!(bci < read.code_size as i32);
+        }
+
+        let RawFrame::Stub { pc: stub_pc, blob } = &walk.frames[n - 2] else {
+            panic!("not a stub: {:?}", walk.frames[n - 2]);
+        };
+        assert_eq!(&**blob, stub);
+        assert_eq!(
+            *stub_pc, walker.call_stub_return,
+            "Java called from native code"
+        );
+        let RawFrame::Native {
+            pc: caller,
+            return_address: true,
+        } = walk.frames[n - 1]
+        else {
+            panic!("not a caller in native code: {:?}", walk.frames[n - 1]);
+        };
+        let libjvm = walker.native.module_for(caller).expect("a native module");
+        assert_eq!(libjvm.name, "libjvm.so");
+
+        // Named as a recording names them when the code map has no record of the code.
+        let mut symbolizer = Symbolizer::new(
+            walker.method_layout().cloned(),
+            hotspot.mem,
+            NativeSymbolizer::with_cache(Err("unused".into())),
+        );
+        let mut profile = Profile::default();
+        let mut ids = Vec::new();
+        for raw in &walk.frames[..n - 2] {
+            symbolizer.frames(
+                &mut profile,
+                &CodeMap::new(),
+                &mut walker,
+                (raw, 0),
+                &mut (0..u64::MAX),
+                &mut ids,
+            );
+        }
+        let names: Vec<_> = ids
+            .iter()
+            .map(|&id| {
+                let f = &profile.frames[id as usize];
+                (f.kind, f.name.clone())
+            })
+            .collect();
+        let mut want = vec![(FrameKind::Jit, "bench.Phases.hotLoop".to_string())];
+        want.extend(interpreted.iter().map(|(class, name, _)| {
+            let class = class.replace('/', ".");
+            (FrameKind::Interpreted, format!("{class}.{name}"))
+        }));
+        assert_eq!(names, want);
+        assert_eq!(symbolizer.unresolved_compiled, 1);
+    }
+
+    #[test]
+    fn the_walker_finds_each_frame_of_captured_stacks() {
+        check_raw_frames(
+            &jdk17(),
+            &[
+                ("bench/Phases$Worker", "run", 72),
+                ("java/lang/Thread", "run", 11),
+            ],
+            "StubRoutines (1)",
+        );
+        check_raw_frames(
+            &jdk25(),
+            &[
+                ("bench/Phases$Worker", "run", 72),
+                ("java/lang/Thread", "runWith", 5),
+                ("java/lang/Thread", "run", 19),
+            ],
+            "StubRoutines (initialstubs)",
+        );
+    }
+
+    /// The per-sample path: a stack seen before is walked from the walker's caches (blobs, code
+    /// bytes, bytecode bounds, names) without reading the target.
+    #[test]
+    fn a_stack_walked_again_reads_no_target_memory() {
+        for snap in [jdk17(), jdk25()] {
+            let counting = Counting {
+                inner: &snap.mem,
+                reads: Cell::new(0),
+            };
+            let hotspot = HotSpot {
+                libjvm: snap.hotspot().libjvm,
+                vmstructs: snap.vmstructs.clone(),
+                mem: &counting,
+            };
+            let mut walker = StackWalker::new(&hotspot, snap.native_unwinder());
+            let setup = counting.reads.get();
+            let first = walker.walk(&snap.regs, &snap.stack);
+            assert!(first.frames.len() >= 5);
+            assert!(counting.reads.get() > setup);
+            let after_first = counting.reads.get();
+            let again = walker.walk(&snap.regs, &snap.stack);
+            assert_eq!(again.frames, first.frames);
+            assert_eq!(
+                counting.reads.get(),
+                after_first,
+                "no reads on the second walk"
+            );
+        }
+    }
+
+    /// Damaged memory, stack or registers: walks and names end (truncated, or with unknown
+    /// names), and never panic or loop.
+    #[test]
+    fn damaged_snapshots_are_walked_without_panicking() {
+        for snap in [jdk17(), jdk25()] {
+            let regions: Vec<(u64, Vec<u8>)> =
+                snap.mem.regions().map(|(a, b)| (a, b.to_vec())).collect();
+            for (i, (addr, bytes)) in regions.iter().enumerate() {
+                for damage in [0x00u8, 0xff, 0x5a] {
+                    let mut bad = snap.clone();
+                    let damaged = bytes
+                        .iter()
+                        .map(|b| if damage == 0x5a { b ^ damage } else { damage })
+                        .collect();
+                    bad.mem.add(*addr, damaged);
+                    let named = bad.replay();
+                    assert!(named.walk.frames.len() <= MAX_FRAMES, "region {i}");
+                }
+                let mut gone = snap.clone();
+                gone.mem.remove(*addr);
+                gone.replay();
+            }
+            for word in (0..snap.stack.len()).step_by(8) {
+                for value in [0u64, u64::MAX, snap.regs.sp, snap.regs.sp + 8] {
+                    let mut bad = snap.clone();
+                    bad.stack[word..word + 8].copy_from_slice(&value.to_le_bytes());
+                    bad.replay();
+                }
+            }
+            let mut bad = snap.clone();
+            bad.regs.ip = u64::MAX;
+            assert_eq!(bad.replay().walk.truncated, Some(Truncation::UnknownCode));
+            bad.regs.abi = 0;
+            assert_eq!(bad.replay().walk.truncated, Some(Truncation::NoUserRegs));
+        }
     }
 }

@@ -14,11 +14,11 @@ use crate::hotspot::scopes::ScopeLayout;
 use crate::hotspot::{threads, HotSpot};
 use crate::jit::codemap::CodeMap;
 use crate::native::NativeUnwinder;
-use crate::profile::{Frame, FrameKind, Profile};
+use crate::profile::{Frame, FrameId, FrameKind, Profile};
 use crate::symbolize::{Symbolizer, WarmingSymbols};
 use crate::target::freeze::{self, Captured};
-use crate::target::TargetProcess;
-use crate::walker::{RawFrame, StackWalker};
+use crate::target::{TargetMemory, TargetProcess};
+use crate::walker::{RawFrame, StackWalker, Walk};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -136,27 +136,13 @@ fn take(opts: &DumpOptions) -> Result<Dump> {
                     Captured::Blocked => "blocked",
                 });
                 let walk = walker.walk(&snap.regs, &snap.stack);
-                let mut ids = Vec::new();
-                for (i, raw) in walk.frames.iter().enumerate() {
-                    if let (RawFrame::Compiled { pc, .. }, Some(scopes)) = (raw, &scopes) {
-                        let chain = walker.blob_for(*pc).and_then(|blob| {
-                            scopes.methods_at(&hotspot.mem, blob.start, blob.code_begin, *pc, i > 0)
-                        });
-                        if let Some(chain) = chain {
-                            symbolizer.frames_from_scopes(&mut profile, &chain, &mut ids);
-                            continue;
-                        }
-                    }
-                    let mut same = 0..u64::MAX;
-                    symbolizer.frames(
-                        &mut profile,
-                        &code,
-                        &mut walker,
-                        (raw, time_ns),
-                        &mut same,
-                        &mut ids,
-                    );
-                }
+                let naming = Naming {
+                    symbolizer: &mut symbolizer,
+                    scopes: scopes.as_ref(),
+                    code: &code,
+                    time_ns,
+                };
+                let ids = naming.name(&walk, &mut walker, &mut profile);
                 thread.frames.extend(
                     ids.iter()
                         .map(|&id| dump_frame(&profile.frames[id as usize])),
@@ -173,6 +159,51 @@ fn take(opts: &DumpOptions) -> Result<Dump> {
         time_ns,
         threads,
     })
+}
+
+/// How `dump` names a walked stack: compiled frames, and the methods inlined into them, from the
+/// nmethod's own debug info where `scopes` decodes it; everything else through the symbolizer and
+/// `code` (empty: nothing reported code loads).
+pub(crate) struct Naming<'a, M> {
+    pub symbolizer: &'a mut Symbolizer<M>,
+    pub scopes: Option<&'a ScopeLayout>,
+    pub code: &'a CodeMap,
+    pub time_ns: u64,
+}
+
+impl<M: TargetMemory + Copy> Naming<'_, M> {
+    /// The frames of `walk`, leaf first, interned into `profile`.
+    pub fn name(
+        self,
+        walk: &Walk,
+        walker: &mut StackWalker<M>,
+        profile: &mut Profile,
+    ) -> Vec<FrameId> {
+        let mut ids = Vec::new();
+        for (i, raw) in walk.frames.iter().enumerate() {
+            if let (RawFrame::Compiled { pc, .. }, Some(scopes)) = (raw, self.scopes) {
+                let mem = walker.memory();
+                let chain = walker.blob_for(*pc).and_then(|blob| {
+                    scopes.methods_at(&mem, blob.start, blob.code_begin, *pc, i > 0)
+                });
+                if let Some(chain) = chain {
+                    self.symbolizer
+                        .frames_from_scopes(profile, &chain, &mut ids);
+                    continue;
+                }
+            }
+            let mut same = 0..u64::MAX;
+            self.symbolizer.frames(
+                profile,
+                self.code,
+                walker,
+                (raw, self.time_ns),
+                &mut same,
+                &mut ids,
+            );
+        }
+        ids
+    }
 }
 
 /// The kernel's stack of a thread in a system call or fault, leaf first, from

@@ -187,7 +187,7 @@ pub struct CodeCache {
 
 impl CodeCache {
     /// Read the heap list; `None` if the layout is not exported or the JVM has not set it up yet.
-    pub fn discover(vs: &VmStructs, mem: &dyn TargetMemory) -> Option<Self> {
+    pub fn discover(vs: &VmStructs, mem: &(impl TargetMemory + ?Sized)) -> Option<Self> {
         let layout = Layout::discover(vs)?;
         let array = mem.read_u64(layout.heaps_var).ok().filter(|&a| a != 0)?;
         let len = mem
@@ -227,14 +227,14 @@ impl CodeCache {
     }
 
     /// Committed heap bounds change as the code cache grows: re-read them.
-    pub fn refresh(&mut self, vs: &VmStructs, mem: &dyn TargetMemory) {
+    pub fn refresh(&mut self, vs: &VmStructs, mem: &(impl TargetMemory + ?Sized)) {
         if let Some(fresh) = CodeCache::discover(vs, mem) {
             *self = fresh;
         }
     }
 
     /// Address of the CodeBlob containing `pc`, by the heap's segment map.
-    pub fn find_blob(&self, mem: &dyn TargetMemory, pc: u64) -> Option<u64> {
+    pub fn find_blob(&self, mem: &(impl TargetMemory + ?Sized), pc: u64) -> Option<u64> {
         let heap = self.heaps.iter().find(|h| h.low <= pc && pc < h.high)?;
         let mut idx = (pc - heap.low) >> heap.log2_segment;
         let mut hops = 0;
@@ -275,7 +275,12 @@ impl CodeCache {
         block.checked_add(self.layout.heap_block_size)
     }
 
-    fn read_bound(&self, mem: &dyn TargetMemory, blob: u64, b: CodeBound) -> Option<u64> {
+    fn read_bound(
+        &self,
+        mem: &(impl TargetMemory + ?Sized),
+        blob: u64,
+        b: CodeBound,
+    ) -> Option<u64> {
         match b {
             CodeBound::Pointer(off) => mem.read_u64(blob.wrapping_add(off)).ok(),
             CodeBound::Offset { off, width } => {
@@ -289,7 +294,7 @@ impl CodeCache {
     }
 
     /// Read a blob's header; `None` when it is not plausible.
-    pub fn read_blob(&self, mem: &dyn TargetMemory, blob: u64) -> Option<BlobInfo> {
+    pub fn read_blob(&self, mem: &(impl TargetMemory + ?Sized), blob: u64) -> Option<BlobInfo> {
         let l = &self.layout;
         let size = mem.read_u32(blob.wrapping_add(l.blob_size)).ok()? as u64;
         if size == 0 || size > MAX_BLOB_SIZE {
@@ -346,7 +351,7 @@ impl CodeCache {
     /// facts.
     pub fn compiled_code(
         &self,
-        mem: &dyn TargetMemory,
+        mem: &(impl TargetMemory + ?Sized),
         code_addr: u64,
         code_size: u32,
     ) -> Option<CompiledCode> {

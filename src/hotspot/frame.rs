@@ -59,7 +59,7 @@ pub fn stub_frame_at(code: [u8; EPILOGUE_BYTES]) -> StubFrame {
 
 /// The return address inside the call stub (`StubRoutines::_call_stub_return_address`): Java
 /// frames called from native code return there.
-pub fn call_stub_return_address(vs: &VmStructs, mem: &dyn TargetMemory) -> Option<u64> {
+pub fn call_stub_return_address(vs: &VmStructs, mem: &(impl TargetMemory + ?Sized)) -> Option<u64> {
     let slot = vs.address("StubRoutines", "_call_stub_return_address")?;
     mem.read_u64(slot).ok()
 }

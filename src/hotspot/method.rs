@@ -58,7 +58,7 @@ impl MethodNames {
     pub fn note(
         &mut self,
         layout: &MethodLayout,
-        mem: &dyn TargetMemory,
+        mem: &(impl TargetMemory + ?Sized),
         method: u64,
         code_start: u64,
     ) {
@@ -110,7 +110,7 @@ impl MethodLayout {
         })
     }
 
-    fn symbol(&self, mem: &dyn TargetMemory, sym: u64) -> Option<String> {
+    fn symbol(&self, mem: &(impl TargetMemory + ?Sized), sym: u64) -> Option<String> {
         let len = mem.read_u16(sym.wrapping_add(self.sym_length)).ok()? as u64;
         if len > MAX_SYMBOL {
             return None;
@@ -120,7 +120,12 @@ impl MethodLayout {
         Some(String::from_utf8_lossy(&buf).into_owned())
     }
 
-    fn pool_symbol(&self, mem: &dyn TargetMemory, cp: u64, index: u16) -> Option<String> {
+    fn pool_symbol(
+        &self,
+        mem: &(impl TargetMemory + ?Sized),
+        cp: u64,
+        index: u16,
+    ) -> Option<String> {
         let slot_addr = cp
             .wrapping_add(self.cp_size)
             .wrapping_add(8 * u64::from(index));
@@ -129,7 +134,11 @@ impl MethodLayout {
     }
 
     /// The `ConstMethod*` of a `Method*`, and where its bytecodes start.
-    pub fn code_start(&self, mem: &dyn TargetMemory, method: u64) -> Option<(u64, u32)> {
+    pub fn code_start(
+        &self,
+        mem: &(impl TargetMemory + ?Sized),
+        method: u64,
+    ) -> Option<(u64, u32)> {
         let cm = mem
             .read_u64(method.wrapping_add(self.const_method))
             .ok()
@@ -138,7 +147,7 @@ impl MethodLayout {
         Some((cm.checked_add(self.cm_size)?, size))
     }
 
-    pub fn read(&self, mem: &dyn TargetMemory, method: u64) -> Option<MethodName> {
+    pub fn read(&self, mem: &(impl TargetMemory + ?Sized), method: u64) -> Option<MethodName> {
         let cm = mem
             .read_u64(method.wrapping_add(self.const_method))
             .ok()
@@ -195,7 +204,7 @@ impl MethodLayout {
     /// that does not end cleanly or points past the bytecodes, so both are tried.
     fn line_table(
         &self,
-        mem: &dyn TargetMemory,
+        mem: &(impl TargetMemory + ?Sized),
         at: u64,
         code_size: u32,
     ) -> Option<Vec<(u32, u32)>> {

@@ -13,6 +13,7 @@ pub mod frame;
 pub mod libjvm;
 pub mod method;
 pub mod scopes;
+pub mod snapshot;
 pub mod threads;
 pub mod unsigned5;
 pub mod vmstructs;
@@ -26,11 +27,13 @@ use libjvm::LibJvm;
 use std::time::Duration;
 use vmstructs::{VmStructs, VmStructsError};
 
-/// A live HotSpot JVM as seen from outside: its libjvm, its VMStructs, and its memory.
-pub struct HotSpot {
+/// A HotSpot JVM as seen from outside: its libjvm, its VMStructs, and its memory: the live
+/// process's ([`ProcessMemory`], from [`HotSpot::open`]), or a snapshot of what was read of it
+/// ([`snapshot::ThreadSnapshot::hotspot`]), so the walker and symbolizer are tested on captures.
+pub struct HotSpot<M = ProcessMemory> {
     pub libjvm: LibJvm,
     pub vmstructs: VmStructs,
-    pub mem: ProcessMemory,
+    pub mem: M,
 }
 
 /// Attempts at reading VMStructs before giving up, and the pause before the first retry (doubled
@@ -71,23 +74,6 @@ impl HotSpot {
             Err(e) => Err(OpenError::Transient(e)),
         }
     }
-    pub fn flags(&self) -> Option<FlagTable> {
-        FlagTable::locate(&self.vmstructs, &self.mem)?.ok()
-    }
-
-    /// The VM's release string (e.g. `17.0.12+7-Debian-1deb12u1`), `Abstract_VM_Version::_s_vm_release`.
-    pub fn vm_release(&self) -> Option<String> {
-        use crate::target::TargetMemory;
-        let a = self
-            .vmstructs
-            .address("Abstract_VM_Version", "_s_vm_release")?;
-        let p = self.mem.read_u64(a).ok()?;
-        self.mem.read_cstr(p).ok()
-    }
-
-    pub fn read_bool_flag(&self, name: &str) -> Option<bool> {
-        self.flags()?.read_bool(&self.mem, name).ok().flatten()
-    }
 
     /// Make C2 record debug info at every instruction boundary (not only at safepoints) for code it
     /// compiles from now on, even after jvmperf detaches. The shim's CompiledMethodLoad subscription
@@ -105,6 +91,25 @@ impl HotSpot {
             }
             _ => false,
         }
+    }
+}
+
+impl<M: TargetMemory> HotSpot<M> {
+    pub fn flags(&self) -> Option<FlagTable> {
+        FlagTable::locate(&self.vmstructs, &self.mem)?.ok()
+    }
+
+    /// The VM's release string (e.g. `17.0.12+7-Debian-1deb12u1`), `Abstract_VM_Version::_s_vm_release`.
+    pub fn vm_release(&self) -> Option<String> {
+        let a = self
+            .vmstructs
+            .address("Abstract_VM_Version", "_s_vm_release")?;
+        let p = self.mem.read_u64(a).ok()?;
+        self.mem.read_cstr(p).ok()
+    }
+
+    pub fn read_bool_flag(&self, name: &str) -> Option<bool> {
+        self.flags()?.read_bool(&self.mem, name).ok().flatten()
     }
 }
 

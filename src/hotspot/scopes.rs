@@ -62,7 +62,7 @@ pub struct ScopeLayout {
 type Ranges = (u64, u64, u64, u64, u64, u64);
 
 impl ScopeLayout {
-    pub fn discover(vs: &VmStructs, mem: &dyn TargetMemory) -> Option<ScopeLayout> {
+    pub fn discover(vs: &VmStructs, mem: &(impl TargetMemory + ?Sized)) -> Option<ScopeLayout> {
         let off = |t: &str, f: &str| vs.offset(t, f);
         let place = match off("CompiledMethod", "_scopes_data_begin") {
             Some(scopes_begin) => Where::InNmethod {
@@ -94,7 +94,7 @@ impl ScopeLayout {
         })
     }
 
-    fn ranges(&self, mem: &dyn TargetMemory, nm: u64) -> Option<Ranges> {
+    fn ranges(&self, mem: &(impl TargetMemory + ?Sized), nm: u64) -> Option<Ranges> {
         let int = |off: u64| -> Option<u64> {
             let v = mem.read_u32(nm.wrapping_add(off)).ok()? as i32;
             u64::try_from(v).ok()
@@ -149,7 +149,7 @@ impl ScopeLayout {
     /// cannot be read or has no scope there.
     pub fn methods_at(
         &self,
-        mem: &dyn TargetMemory,
+        mem: &(impl TargetMemory + ?Sized),
         nm: u64,
         code_begin: u64,
         pc: u64,
@@ -190,7 +190,7 @@ impl ScopeLayout {
     /// The scope decode offset of the PcDesc for pc offset `wanted`.
     fn find_pc_desc(
         &self,
-        mem: &dyn TargetMemory,
+        mem: &(impl TargetMemory + ?Sized),
         (begin, end): (u64, u64),
         wanted: i32,
         exact: bool,

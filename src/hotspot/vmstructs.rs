@@ -217,6 +217,43 @@ impl VmStructs {
         Ok(vs)
     }
 
+    /// The entries of `types` only: their fields and sizes, and the constants named after them
+    /// (`Type::name`). A snapshot keeps those its readers look up.
+    pub fn subset(&self, types: &[&str]) -> VmStructs {
+        let kept = |name: &str| types.contains(&name);
+        let named_after = |constant: &str| {
+            constant
+                .rsplit_once("::")
+                .is_some_and(|(owner, _)| kept(owner))
+        };
+        VmStructs {
+            fields: self
+                .fields
+                .iter()
+                .filter(|((t, _), _)| kept(t))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            types: self
+                .types
+                .iter()
+                .filter(|(t, _)| kept(t))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            int_constants: self
+                .int_constants
+                .iter()
+                .filter(|(n, _)| named_after(n))
+                .map(|(k, v)| (k.clone(), *v))
+                .collect(),
+            long_constants: self
+                .long_constants
+                .iter()
+                .filter(|(n, _)| named_after(n))
+                .map(|(k, v)| (k.clone(), *v))
+                .collect(),
+        }
+    }
+
     pub fn field(&self, type_name: &str, field: &str) -> Option<&Field> {
         self.fields.get(&(type_name.to_string(), field.to_string()))
     }

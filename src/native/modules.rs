@@ -76,6 +76,12 @@ impl Module {
         Some(PathBuf::from(format!("/proc/self/fd/{fd}")))
     }
 
+    /// Whether the module's file is at hand: not for a module known only by its address range
+    /// (see [`Modules::without_files`]).
+    pub fn has_file_bytes(&self) -> bool {
+        !self.bytes.is_empty()
+    }
+
     pub fn build_id_hex(&self) -> Option<String> {
         self.build_id.as_deref().map(hex)
     }
@@ -116,7 +122,8 @@ pub struct ModuleChanges {
 
 /// The modules of one process, sorted by address.
 pub struct Modules {
-    process: TargetProcess,
+    /// `None` for modules known only by their address ranges (a snapshot): never rescanned.
+    process: Option<TargetProcess>,
     modules: Vec<ModuleRef>,
     /// Every mapping seen at the last scan: a pc inside one of them that is in no module (JIT code,
     /// anonymous memory) does not justify a rescan.
@@ -127,13 +134,47 @@ pub struct Modules {
 impl Modules {
     pub fn scan(process: &TargetProcess) -> Result<Self> {
         let mut modules = Modules {
-            process: process.clone(),
+            process: Some(process.clone()),
             modules: Vec::new(),
             mapped: Vec::new(),
             last_scan: Instant::now(),
         };
         modules.rescan()?;
         Ok(modules)
+    }
+
+    /// Modules known only by their name, executable address range and load bias, as a snapshot
+    /// of a process records them: pcs in them are found (and are plausible return addresses), but
+    /// without their files nothing is unwound or symbolized there.
+    pub fn without_files(ranges: impl IntoIterator<Item = (String, Range<u64>, u64)>) -> Self {
+        let mut modules: Vec<ModuleRef> = ranges
+            .into_iter()
+            .filter(|(_, range, _)| range.start < range.end)
+            .map(|(name, range, bias)| {
+                Arc::new(Module {
+                    key: format!("{name}@{:#x}", range.start).into(),
+                    path: name.clone(),
+                    name,
+                    start: range.start,
+                    end: range.end,
+                    bias,
+                    build_id: None,
+                    inode: 0,
+                    opened_from: None,
+                    file: None,
+                    root: PathBuf::new(),
+                    bytes: Arc::new(FileBytes::Copied(Vec::new())),
+                })
+            })
+            .collect();
+        modules.sort_by_key(|m| m.start);
+        modules.dedup_by(|later, earlier| later.start < earlier.end);
+        Modules {
+            process: None,
+            mapped: modules.iter().map(|m| m.start..m.end).collect(),
+            modules,
+            last_scan: Instant::now(),
+        }
     }
 
     pub fn all(&self) -> &[ModuleRef] {
@@ -151,7 +192,7 @@ impl Modules {
     pub fn refresh_for(&mut self, addr: u64) -> Option<ModuleChanges> {
         let i = self.mapped.partition_point(|r| r.start <= addr);
         let known = i > 0 && self.mapped[i - 1].contains(&addr);
-        if known || self.last_scan.elapsed() < MIN_RESCAN_INTERVAL {
+        if known || self.process.is_none() || self.last_scan.elapsed() < MIN_RESCAN_INTERVAL {
             return None;
         }
         self.rescan().ok()
@@ -160,7 +201,10 @@ impl Modules {
     /// Re-read `/proc/<pid>/maps`, keeping the modules that did not change.
     pub fn rescan(&mut self) -> Result<ModuleChanges> {
         self.last_scan = Instant::now();
-        let maps = self.process.maps()?;
+        let Some(process) = &self.process else {
+            return Ok(ModuleChanges::default());
+        };
+        let maps = process.maps()?;
         self.mapped = maps.iter().map(|m| m.start..m.end).collect();
         self.mapped.sort_by_key(|r| r.start);
 
@@ -202,20 +246,19 @@ impl Modules {
     }
 
     fn load(&self, group: &[&Mapping]) -> Option<Module> {
+        let process = self.process.as_ref()?;
         let first = group[0];
         let start = first.start;
         let end = group.iter().map(|m| m.end).max()?;
         let path = target_path(first).to_string();
         let (bytes, opened_from, file) = if first.path == "[vdso]" {
             let mut buf = vec![0u8; (end - start) as usize];
-            ProcessMemory {
-                pid: self.process.pid,
-            }
-            .read(start, &mut buf)
-            .ok()?;
+            ProcessMemory { pid: process.pid }
+                .read(start, &mut buf)
+                .ok()?;
             (FileBytes::Copied(buf), None, None)
         } else {
-            let (file, map, from) = open_mapped_file(&self.process, first)?;
+            let (file, map, from) = open_mapped_file(process, first)?;
             (FileBytes::Mapped(map), Some(from), Some(file))
         };
         let elf = object::File::parse(&*bytes).ok()?;
@@ -238,7 +281,7 @@ impl Modules {
             inode: first.inode,
             opened_from,
             file,
-            root: self.process.root(),
+            root: process.root(),
             key,
             bytes: Arc::new(bytes),
         })

@@ -63,6 +63,17 @@ impl NativeUnwinder {
         })
     }
 
+    /// An unwinder over modules known only by their address ranges (a snapshot of a process,
+    /// [`Modules::without_files`]): a step in one of them fails, as there is no unwind info.
+    pub fn without_files(modules: Modules) -> Self {
+        NativeUnwinder {
+            modules,
+            unwinder: UnwinderX86_64::new(),
+            cache: CacheX86_64::new(),
+            trampolines: Vec::new(),
+        }
+    }
+
     pub fn modules(&self) -> &Modules {
         &self.modules
     }
@@ -102,10 +113,17 @@ impl NativeUnwinder {
             }
         };
         // Outside any module framehop would guess with frame pointers; JIT frames are not ours.
-        if self.modules.find(address.address_for_lookup()).is_none()
-            && self.module_for(address.address_for_lookup()).is_none()
-        {
-            return StepOutcome::NoModule;
+        // So would it in a module whose file is not at hand.
+        let lookup = address.address_for_lookup();
+        let has_file = match self.modules.find(lookup) {
+            Some(m) => m.has_file_bytes(),
+            None => match self.module_for(lookup) {
+                Some(m) => m.has_file_bytes(),
+                None => return StepOutcome::NoModule,
+            },
+        };
+        if !has_file {
+            return StepOutcome::Failed("no unwind info: the module's file is not at hand".into());
         }
         // A handler's return lands on the trampoline's first instruction; a sample may also
         // catch the trampoline at its `syscall` or, inside rt_sigreturn, just after it. sp is at

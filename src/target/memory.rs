@@ -215,6 +215,45 @@ impl SnapshotMemory {
         Some(snap)
     }
 
+    /// Take out the region that starts at `addr`.
+    pub fn remove(&mut self, addr: u64) -> Option<Vec<u8>> {
+        self.regions.remove(&addr)
+    }
+
+    /// The regions, by address.
+    pub fn regions(&self) -> impl Iterator<Item = (u64, &[u8])> {
+        self.regions.iter().map(|(&a, b)| (a, b.as_slice()))
+    }
+
+    /// The same bytes in as few regions as possible: overlapping and adjacent regions joined, so
+    /// that every read inside what was recorded succeeds (a lookup finds only the region starting
+    /// at or before the address). Where regions overlap, the bytes of the lower one are kept.
+    pub fn merged(&self) -> SnapshotMemory {
+        let mut out = SnapshotMemory::new();
+        let mut current: Option<(u64, Vec<u8>)> = None;
+        for (&addr, bytes) in &self.regions {
+            match &mut current {
+                Some((start, joined)) if addr <= *start + joined.len() as u64 => {
+                    let end = *start + joined.len() as u64;
+                    let skip = (end - addr) as usize;
+                    if let Some(rest) = bytes.get(skip..) {
+                        joined.extend_from_slice(rest);
+                    }
+                }
+                _ => {
+                    if let Some((start, joined)) = current.take() {
+                        out.add(start, joined);
+                    }
+                    current = Some((addr, bytes.clone()));
+                }
+            }
+        }
+        if let Some((start, joined)) = current {
+            out.add(start, joined);
+        }
+        out
+    }
+
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::new();
         for (addr, bytes) in &self.regions {
@@ -297,6 +336,11 @@ impl<M: TargetMemory> RecordingMemory<M> {
             seen: Default::default(),
         }
     }
+
+    /// What was read so far, in as few regions as possible.
+    pub fn snapshot(&self) -> SnapshotMemory {
+        self.seen.borrow().merged()
+    }
 }
 
 impl<M: TargetMemory> TargetMemory for RecordingMemory<M> {
@@ -324,6 +368,34 @@ mod tests {
         let round = SnapshotMemory::from_bytes(&s.to_bytes()).unwrap();
         assert_eq!(round.read_cstr(0x1006).unwrap(), "world");
         assert!(SnapshotMemory::from_bytes(&[1, 2, 3]).is_none());
+    }
+
+    /// Reads recorded one by one become few regions, and everything recorded stays readable.
+    #[test]
+    fn recorded_reads_are_merged_into_regions() {
+        let mut live = SnapshotMemory::new();
+        live.add(0x1000, (0..64u8).collect());
+        live.add(0x2000, vec![0xaa; 16]);
+        let rec = RecordingMemory::new(&live);
+        let mut b8 = [0u8; 8];
+        let mut b4 = [0u8; 4];
+        rec.read(0x1000, &mut b8).unwrap();
+        rec.read(0x1004, &mut b8).unwrap(); // overlaps the first
+        rec.read(0x100c, &mut b4).unwrap(); // adjacent
+        rec.read(0x1020, &mut b4).unwrap(); // a gap before it
+        rec.read(0x2000, &mut b4).unwrap();
+        assert!(rec.read(0x3000, &mut b4).is_err());
+        let snap = rec.snapshot();
+        let regions: Vec<(u64, usize)> = snap.regions().map(|(a, b)| (a, b.len())).collect();
+        assert_eq!(regions, [(0x1000, 16), (0x1020, 4), (0x2000, 4)]);
+        assert_eq!(
+            snap.read_u64(0x1006).unwrap(),
+            live.read_u64(0x1006).unwrap()
+        );
+        assert!(snap.read_u8(0x1010).is_err(), "never read");
+        let mut round = SnapshotMemory::from_bytes(&snap.to_bytes()).unwrap();
+        assert_eq!(round.remove(0x1020), Some(vec![32, 33, 34, 35]));
+        assert!(round.read_u8(0x1020).is_err());
     }
 
     #[test]
