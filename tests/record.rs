@@ -22,33 +22,6 @@ fn phases_flags(extra: &[&'static str]) -> Vec<&'static str> {
     v
 }
 
-/// Cumulative per-phase CPU ns at `t`, interpolated between the app's `GT` lines.
-fn ground_truth_at(lines: &[String], t: u64) -> [f64; 4] {
-    let points: Vec<(u64, [f64; 4])> = lines
-        .iter()
-        .filter_map(|l| {
-            let mut it = l.strip_prefix("GT ")?.split_whitespace();
-            let time: u64 = it.next()?.parse().ok()?;
-            let mut v = [0.0; 4];
-            for kv in it {
-                let (k, n) = kv.split_once('=')?;
-                let i = GT_KEYS.iter().position(|g| *g == k)?;
-                v[i] = n.parse().ok()?;
-            }
-            Some((time, v))
-        })
-        .collect();
-    let after = points
-        .iter()
-        .position(|p| p.0 >= t)
-        .expect("GT line after the window");
-    assert!(after > 0, "GT line before the window");
-    let (t0, a) = points[after - 1];
-    let (t1, b) = points[after];
-    let f = (t - t0) as f64 / (t1 - t0).max(1) as f64;
-    std::array::from_fn(|i| a[i] + f * (b[i] - a[i]))
-}
-
 fn record_phases(extra_jvm_flags: &[&'static str], extra_record_args: &[&str]) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let jvm = Jvm::start(&phases_flags(extra_jvm_flags), "bench.Phases", &[]);
@@ -135,8 +108,8 @@ fn record_phases(extra_jvm_flags: &[&'static str], extra_record_args: &[&str]) {
     );
 
     let (g0, g1) = (
-        ground_truth_at(&jvm.stdout_lines(), window[0]),
-        ground_truth_at(&jvm.stdout_lines(), window[1]),
+        ground_truth_at(&jvm.stdout_lines(), GT_KEYS, window[0]),
+        ground_truth_at(&jvm.stdout_lines(), GT_KEYS, window[1]),
     );
     let truth: Vec<f64> = (0..4).map(|i| g1[i] - g0[i]).collect();
     let truth_total: f64 = truth.iter().sum();

@@ -10,31 +10,6 @@ use std::time::Duration;
 const PHASES: [&str; 3] = ["computePhase", "sleepPhase", "parkPhase"];
 const GT_KEYS: [&str; 3] = ["compute", "sleep", "park"];
 
-/// Cumulative per-phase wall ns at `t`, interpolated between the app's `GT` lines.
-fn ground_truth_at(lines: &[String], t: u64) -> [f64; 3] {
-    let points: Vec<(u64, [f64; 3])> = lines
-        .iter()
-        .filter_map(|l| {
-            let mut it = l.strip_prefix("GT ")?.split_whitespace();
-            let time: u64 = it.next()?.parse().ok()?;
-            let mut v = [0.0; 3];
-            for kv in it {
-                let (k, n) = kv.split_once('=')?;
-                v[GT_KEYS.iter().position(|g| *g == k)?] = n.parse().ok()?;
-            }
-            Some((time, v))
-        })
-        .collect();
-    let after = points
-        .iter()
-        .position(|p| p.0 >= t)
-        .expect("GT line after the window");
-    assert!(after > 0, "GT line before the window");
-    let ((t0, a), (t1, b)) = (points[after - 1], points[after]);
-    let f = (t - t0) as f64 / (t1 - t0).max(1) as f64;
-    std::array::from_fn(|i| a[i] + f * (b[i] - a[i]))
-}
-
 /// Samples per (thread name, phase) of a collapsed `--threads` profile; the phase is `None` for
 /// stacks in none of them.
 fn phase_samples(text: &str) -> Vec<(String, Option<usize>, u64)> {
@@ -84,8 +59,8 @@ fn wall_clock_shares_match_the_phases_the_app_timed() {
     std::thread::sleep(Duration::from_millis(300));
     let lines = jvm.stdout_lines();
     let (g0, g1) = (
-        ground_truth_at(&lines, window[0]),
-        ground_truth_at(&lines, window[1]),
+        ground_truth_at(&lines, GT_KEYS, window[0]),
+        ground_truth_at(&lines, GT_KEYS, window[1]),
     );
     let truth: Vec<f64> = (0..3).map(|i| g1[i] - g0[i]).collect();
     let truth_total: f64 = truth.iter().sum();

@@ -261,3 +261,29 @@ pub fn go() -> PathBuf {
         .find(|p| p.is_file())
         .expect("Go's pprof is needed: install golang-go (scripts/setup-debian.sh)")
 }
+
+/// Cumulative per-key values at `t`, interpolated between the app's `GT <nanoTime> key=value …`
+/// lines (the bench apps' ground truth), in the order of `keys`.
+pub fn ground_truth_at<const N: usize>(lines: &[String], keys: [&str; N], t: u64) -> [f64; N] {
+    let points: Vec<(u64, [f64; N])> = lines
+        .iter()
+        .filter_map(|l| {
+            let mut it = l.strip_prefix("GT ")?.split_whitespace();
+            let time: u64 = it.next()?.parse().ok()?;
+            let mut v = [0.0; N];
+            for kv in it {
+                let (k, n) = kv.split_once('=')?;
+                v[keys.iter().position(|g| *g == k)?] = n.parse().ok()?;
+            }
+            Some((time, v))
+        })
+        .collect();
+    let after = points
+        .iter()
+        .position(|p| p.0 >= t)
+        .expect("GT line after the window");
+    assert!(after > 0, "GT line before the window");
+    let ((t0, a), (t1, b)) = (points[after - 1], points[after]);
+    let f = (t - t0) as f64 / (t1 - t0).max(1) as f64;
+    std::array::from_fn(|i| a[i] + f * (b[i] - a[i]))
+}
