@@ -3,8 +3,8 @@
 //! exactly the memory they read to walk and name that stack (recorded through
 //! [`RecordingMemory`]). Replaying the walk runs the walker and symbolizer of a live recording,
 //! compiled for [`SnapshotMemory`] instead of [`ProcessMemory`]: real JVM memory, no JVM.
-//! `tests/fixtures/jdk17-walk.*` is one, taken by [`capture`] (`cargo run --example
-//! capture_walk`).
+//! `tests/fixtures/jdk17-walk.*` and `jdk25-walk.*` are two, taken by [`capture`] (`cargo run
+//! --example capture_walk`).
 //!
 //! The modules' files are not part of a snapshot, so native code has no unwind info: a walk
 //! names the first native frame it reaches and stops there (`Truncation::NativeFailed`).
@@ -89,7 +89,7 @@ impl NamedWalk {
             && self.frames == other.frames
     }
 
-    /// One line a frame: kind and name.
+    /// One line a frame: kind, name, bci and line.
     pub fn describe(&self) -> String {
         let mut out = String::new();
         for f in &self.frames {
