@@ -83,8 +83,34 @@ fn is_socket(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// An attach socket at the JVM's path that the JVM cannot have made: the Attach Listener binds it
+/// in the JVM's process, as the JVM's user. One of another user was left by an earlier process
+/// that had this pid (killed before it could remove it); in sticky `/tmp` the JVM cannot replace
+/// it, so no attach can succeed until it is removed.
+pub fn foreign_socket(process: &TargetProcess) -> Option<Error> {
+    let sock = socket_path(process);
+    let meta = fs::symlink_metadata(&sock).ok()?;
+    let owner = meta.uid();
+    (meta.file_type().is_socket() && owner != process.euid).then(|| {
+        Error::new(
+            ErrorKind::Attach,
+            format!(
+                "{} belongs to uid {owner}, not to JVM {}'s user (uid {}): an earlier process \
+                 with this pid left it, and it keeps this JVM's Attach Listener from starting; \
+                 remove it (as uid {owner} or root)",
+                sock.display(),
+                process.pid,
+                process.euid
+            ),
+        )
+    })
+}
+
 /// Make sure the Attach Listener serves its socket; start it with a trigger file and SIGQUIT if not.
 pub fn ensure_listener(process: &TargetProcess) -> Result<PathBuf> {
+    if let Some(e) = foreign_socket(process) {
+        return Err(e);
+    }
     let sock = socket_path(process);
     if is_socket(&sock) {
         return Ok(sock);

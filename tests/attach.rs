@@ -290,3 +290,45 @@ fn shim_survives_the_daemon_being_killed_mid_stream() {
     assert!(map.lines().filter(|l| l.starts_with("nmethod ")).count() > 20_000);
     assert!(jvm.is_alive());
 }
+
+/// An attach socket at the JVM's path owned by another user was left by an earlier process with
+/// the same pid: the JVM cannot replace it, so jitmap names it and the fix, and record profiles
+/// without the agent.
+#[test]
+fn a_socket_left_by_another_users_process_is_named_and_record_goes_on_without_the_agent() {
+    let jvm = Jvm::start(&[], "bench.InlineHot", &[]);
+    let pid = jvm.pid.to_string();
+    struct Remove(std::path::PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let sock = Remove(format!("/tmp/.java_pid{pid}").into());
+    let _listener = std::os::unix::net::UnixListener::bind(&sock.0).unwrap();
+    let nobody = Some(nix::unistd::Uid::from_raw(65534));
+    nix::unistd::chown(&sock.0, nobody, None).unwrap();
+
+    let out = run_jvmperf(&["jitmap", "-p", &pid]);
+    assert_one_line_error(&out, 5, "belongs to uid 65534");
+    let profile = std::env::temp_dir().join(format!("jvmperf-foreign-socket-{pid}.collapsed"));
+    let rec = run_jvmperf(&[
+        "record",
+        "-p",
+        &pid,
+        "-d",
+        "2",
+        "-o",
+        profile.to_str().unwrap(),
+    ]);
+    let err = stderr_of(&rec);
+    assert!(rec.status.success(), "{err}");
+    assert!(
+        err.contains("without the agent") && err.contains("belongs to uid 65534"),
+        "{err}"
+    );
+    let text = std::fs::read_to_string(&profile).unwrap();
+    assert!(text.contains("bench.InlineHot"), "{text}");
+    let _ = std::fs::remove_file(&profile);
+    assert!(jvm.is_alive());
+}

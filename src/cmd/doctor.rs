@@ -195,7 +195,9 @@ fn jvm_checks(process: &TargetProcess, out: &mut Vec<Check>) -> Option<HotSpot> 
         format!("HotSpot JVM {release}, libjvm at {}", jvm.libjvm.path),
     ));
     let flags = attach::read_attach_flags(&jvm);
-    out.push(match attach::check_flags(process, &flags) {
+    let usable = attach::check_flags(process, &flags)
+        .and_then(|()| attach::foreign_socket(process).map_or(Ok(()), Err));
+    out.push(match usable {
         Err(e) => check(
             Verdict::Fail,
             "attach",

@@ -192,6 +192,9 @@ impl Drop for Jvm {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // Killed, the JVM cannot remove its attach socket; a later process given the same pid
+        // (pid_max is 32768 here) would find it in its way.
+        let _ = std::fs::remove_file(format!("/tmp/.java_pid{}", self.pid));
     }
 }
 
