@@ -260,7 +260,10 @@ fn daemon_profiles_every_matching_jvm_per_interval_and_flushes_on_sigterm() {
     wait_for(&tight, "an interval at the lower rate", cap, || {
         files_of(&dir, before.pid).len() > known
     });
+    let mut tight = tight;
     tight.signal(nix::sys::signal::Signal::SIGTERM);
+    // Its last interval is written on the way out: the directory is read and removed after.
+    tight.child.wait().unwrap();
     let newest = files_of(&dir, before.pid).pop().unwrap();
     let raw = pprof_raw(&newest);
     let rate: u64 = raw
