@@ -92,7 +92,7 @@ pub(super) fn rescue(
     for dir in dirs {
         let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
         let file = dir.join(&name);
-        match write_new(&file, 0o600, &write) {
+        match write_new(&file, 0o600, Durability::Synced, &write) {
             Ok(()) => return Ok(file),
             Err(e) => failures.push(format!("{}: {e}", dir.display())),
         }
@@ -100,11 +100,24 @@ pub(super) fn rescue(
     Err(failures.join(", "))
 }
 
+/// Whether a written file is flushed to the disk before it is renamed into place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Durability {
+    /// fsync: the file survives a crash once it has its name.
+    Synced,
+    /// Renamed without an fsync: readers still never see a partial file, but a crash may lose
+    /// the newest files. For writers that must not stall: an fsync on a busy disk can take many
+    /// seconds (a daemon thread was seen blocked in one for over 45 s while builds ran), during
+    /// which nothing else happens on that thread, and a process cannot exit until it returns.
+    Unsynced,
+}
+
 /// Create `file` (never an existing one, never through a symlink), fill it with `write` and
-/// sync it; a partial file is removed.
+/// sync it if asked; a partial file is removed.
 fn write_new(
     file: &Path,
     mode: u32,
+    durability: Durability,
     write: impl FnOnce(&mut File) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     let result = std::fs::OpenOptions::new()
@@ -115,7 +128,10 @@ fn write_new(
         .open(file)
         .and_then(|mut f| {
             write(&mut f)?;
-            f.sync_all()
+            match durability {
+                Durability::Synced => f.sync_all(),
+                Durability::Unsynced => Ok(()),
+            }
         });
     if let Err(e) = result {
         if e.kind() != std::io::ErrorKind::AlreadyExists {
@@ -172,9 +188,14 @@ pub fn write_error(path: &Path, e: &std::io::Error) -> Error {
     )
 }
 
-/// Write `bytes` to `path`: a regular file atomically; see [`write_with`].
+/// Write `bytes` to `path`: a regular file atomically and synced; see [`write_with`].
 pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
     write_with(path, |f| f.write_all(bytes))
+}
+
+/// Write `bytes` to `path` atomically but without an fsync ([`Durability::Unsynced`]).
+pub fn write_file_unsynced(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomically(path, Durability::Unsynced, |f| f.write_all(bytes))
 }
 
 /// Write `path` with `write`: a regular file atomically (a new temporary file, renamed over `path`
@@ -182,6 +203,14 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
 /// looks complete; anything else that exists (`/dev/null`, a FIFO, a terminal) directly, since
 /// renaming over it would replace it.
 pub fn write_with(path: &Path, write: impl FnOnce(&mut File) -> std::io::Result<()>) -> Result<()> {
+    write_atomically(path, Durability::Synced, write)
+}
+
+fn write_atomically(
+    path: &Path,
+    durability: Durability,
+    write: impl FnOnce(&mut File) -> std::io::Result<()>,
+) -> Result<()> {
     let fail = |e: std::io::Error| write_error(path, &e);
     if std::fs::metadata(path).is_ok_and(|m| !m.file_type().is_file()) {
         return std::fs::OpenOptions::new()
@@ -198,7 +227,7 @@ pub fn write_with(path: &Path, write: impl FnOnce(&mut File) -> std::io::Result<
         std::process::id()
     ));
     let _ = std::fs::remove_file(&tmp);
-    write_new(&tmp, 0o666, write).map_err(fail)?;
+    write_new(&tmp, 0o666, durability, write).map_err(fail)?;
     std::fs::rename(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         fail(e)
