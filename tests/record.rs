@@ -63,13 +63,7 @@ fn record_phases(extra_jvm_flags: &[&'static str], extra_record_args: &[&str]) {
         rooted >= 98.0,
         "only {rooted}% of stacks reached a thread root"
     );
-    let window: Vec<u64> = err
-        .lines()
-        .find_map(|l| l.split_once("as System.nanoTime): ").map(|(_, w)| w))
-        .expect("sample window")
-        .split_whitespace()
-        .map(|n| n.parse().unwrap())
-        .collect();
+    let window = sample_window(&err);
 
     let text = std::fs::read_to_string(&out).unwrap();
     let mut phase: HashMap<&str, u64> = HashMap::new();

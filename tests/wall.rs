@@ -48,13 +48,7 @@ fn wall_clock_shares_match_the_phases_the_app_timed() {
     let err = stderr_of(&res);
     assert!(res.status.success(), "record --wall failed: {err}");
     assert!(err.contains("jvmperf: wall clock: "), "{err}");
-    let window: Vec<u64> = err
-        .lines()
-        .find_map(|l| l.split_once("as System.nanoTime): ").map(|(_, w)| w))
-        .expect("sample window")
-        .split_whitespace()
-        .map(|n| n.parse().unwrap())
-        .collect();
+    let window = sample_window(&err);
     // A GT line after the window's end.
     std::thread::sleep(Duration::from_millis(300));
     let lines = jvm.stdout_lines();

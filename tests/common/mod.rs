@@ -290,3 +290,15 @@ pub fn ground_truth_at<const N: usize>(lines: &[String], keys: [&str; N], t: u64
     let f = (t - t0) as f64 / (t1 - t0).max(1) as f64;
     std::array::from_fn(|i| a[i] + f * (b[i] - a[i]))
 }
+
+/// The sample window `record` prints (CLOCK_MONOTONIC ns, first and last).
+pub fn sample_window(record_stderr: &str) -> [u64; 2] {
+    let window: Vec<u64> = record_stderr
+        .lines()
+        .find_map(|l| l.split_once("as System.nanoTime): ").map(|(_, w)| w))
+        .expect("sample window")
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    window.try_into().expect("two times in the sample window")
+}
