@@ -5,8 +5,8 @@
 use jvmperf::hotspot::{
     codecache::CodeCache, flags::FlagTable, libjvm::LibJvm, vmstructs::VmStructs,
 };
-use jvmperf::target::memory::RecordingMemory;
-use jvmperf::target::{PageCachedMemory, ProcessMemory, TargetProcess};
+use jvmperf::process::memory::RecordingMemory;
+use jvmperf::process::{PageCachedMemory, ProcessMemory, TargetProcess};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

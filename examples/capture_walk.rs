@@ -15,7 +15,7 @@
 //! given (named as `jvmperf dump` names them, e.g. `bench.Phases.hotLoop`).
 
 use jvmperf::hotspot::snapshot;
-use jvmperf::target::TargetProcess;
+use jvmperf::process::TargetProcess;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

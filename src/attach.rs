@@ -5,7 +5,7 @@
 
 use crate::error::{err, Error, ErrorKind, Result};
 use crate::hotspot::HotSpot;
-use crate::target::TargetProcess;
+use crate::process::TargetProcess;
 use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};

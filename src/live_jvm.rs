@@ -8,10 +8,10 @@ use crate::error::{err, ErrorKind, Result};
 use crate::hotspot::codecache::CodeCache;
 use crate::hotspot::HotSpot;
 use crate::jit::state::{JitState, RetransformResult};
+use crate::process::TargetProcess;
 use crate::profile::CompiledCode;
 use crate::shim::protocol;
 use crate::shim::session::ShimSession;
-use crate::target::TargetProcess;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 

@@ -8,8 +8,8 @@ use crate::hotspot::frame::{self, INTERP_BCP, INTERP_METHOD, INTERP_SENDER_SP};
 use crate::hotspot::method::{MethodLayout, MethodNames};
 use crate::hotspot::HotSpot;
 use crate::native::{Interrupted, NativeRegs, NativeUnwinder, StepOutcome};
+use crate::process::{PageCachedMemory, ProcessMemory, TargetMemory};
 use crate::sampler::Regs;
-use crate::target::{PageCachedMemory, ProcessMemory, TargetMemory};
 use foldhash::HashMap;
 use std::sync::Arc;
 
@@ -582,7 +582,7 @@ mod tests {
     /// other frames there.
     #[test]
     fn the_live_stack_is_read_past_the_copy_only_while_it_matches_the_copy() {
-        use crate::target::SnapshotMemory;
+        use crate::process::SnapshotMemory;
         let sp = 0x10_000u64;
         let stack: Vec<u8> = (0..512u32)
             .flat_map(|w| u64::from(w).to_le_bytes())
@@ -620,9 +620,9 @@ mod snapshot_tests {
     use crate::hotspot::snapshot::ThreadSnapshot;
     use crate::jit::codemap::CodeMap;
     use crate::native::NativeSymbolizer;
+    use crate::process::{MemError, SnapshotMemory};
     use crate::profile::{FrameKind, Profile};
     use crate::symbolize::Symbolizer;
-    use crate::target::{MemError, SnapshotMemory};
     use std::cell::Cell;
 
     /// bench.Phases' worker on JDK 17.0.21 (Debian), captured (`cargo run --example

@@ -7,7 +7,7 @@ use jvmperf::hotspot::codecache::CodeCache;
 use jvmperf::hotspot::flags::FlagTable;
 use jvmperf::hotspot::method::{decode_line_table, MethodLayout};
 use jvmperf::hotspot::vmstructs::VmStructs;
-use jvmperf::target::PageCachedMemory;
+use jvmperf::process::PageCachedMemory;
 use jvmperf_fuzz::VmInput;
 use libfuzzer_sys::fuzz_target;
 

@@ -1,7 +1,7 @@
 //! Input encodings shared by the fuzz targets and the seed generator (`src/bin/gen_seeds.rs`).
 
 use jvmperf::hotspot::libjvm::VMSTRUCTS_SYMBOLS;
-use jvmperf::target::SnapshotMemory;
+use jvmperf::process::SnapshotMemory;
 use std::collections::HashMap;
 
 /// The `vmstructs` target's input, decoded:

@@ -5,8 +5,8 @@ use crate::attach;
 use crate::error::{Error, ErrorKind, Result};
 use crate::hotspot::HotSpot;
 use crate::native::NativeUnwinder;
+use crate::process::TargetProcess;
 use crate::sampler::{Host, SamplerConfig};
-use crate::target::TargetProcess;
 use std::fs;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! native and kernel frames — printed like jstack, without attaching to the JVM and without a
 //! safepoint, so it works on a JVM that is stuck (where jstack and jcmd hang) and on one that
 //! refuses attach. Each thread is stopped only for a register read and one stack read (see
-//! `target::freeze`); walking and naming happen after it runs on.
+//! `process::freeze`); walking and naming happen after it runs on.
 //!
 //! Compiled frames, and the methods inlined into them, are named from the nmethod's own debug
 //! info (`hotspot::scopes`), since the shim's records are not there without an attach. Without
@@ -14,10 +14,10 @@ use crate::hotspot::scopes::ScopeLayout;
 use crate::hotspot::{threads, HotSpot};
 use crate::jit::codemap::CodeMap;
 use crate::native::NativeUnwinder;
+use crate::process::freeze::{self, Captured};
+use crate::process::{TargetMemory, TargetProcess};
 use crate::profile::{Frame, FrameId, FrameKind, Profile};
 use crate::symbolize::{Symbolizer, WarmingSymbols};
-use crate::target::freeze::{self, Captured};
-use crate::target::{TargetMemory, TargetProcess};
 use crate::walker::{RawFrame, StackWalker, Walk};
 use serde::Serialize;
 use std::collections::HashMap;

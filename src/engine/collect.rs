@@ -5,8 +5,8 @@ use super::wall::OffCpu;
 use crate::hotspot::scopes::ScopeLayout;
 use crate::hotspot::HotSpot;
 use crate::live_jvm::LiveJvm;
+use crate::process::ProcessMemory;
 use crate::sampler::{Sample, SampleKind};
-use crate::target::ProcessMemory;
 use crate::walker::{RawFrame, ScopeChain, StackWalker};
 use foldhash::HashMap;
 

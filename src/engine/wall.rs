@@ -6,7 +6,7 @@
 //! waits count in proportion to their length, with no rounding carried between them.
 //!
 //! Threads blocked when the recording starts have no switch-out sample: their stack is read from
-//! outside instead (`target::freeze::blocked`), and counted from the start once they run. Those
+//! outside instead (`process::freeze::blocked`), and counted from the start once they run. Those
 //! that never run are idle for the whole recording and are left out unless asked for.
 
 use super::collect::RawSample;

@@ -4,8 +4,8 @@
 //! OTel profiler do).
 
 use super::vmstructs::VmStructs;
+use crate::process::TargetMemory;
 use crate::profile::CompiledCode;
-use crate::target::TargetMemory;
 
 /// A corrupt segment map must not make us loop: HotSpot's hops are short.
 const MAX_SEGMAP_HOPS: usize = 64;

@@ -1,7 +1,7 @@
 //! The JVM's `-XX` flag table (`JVMFlag::flags`, `Flag::flags` before JDK 11), found through VMStructs.
 
 use super::vmstructs::VmStructs;
-use crate::target::{MemError, TargetMemory};
+use crate::process::{MemError, TargetMemory};
 
 /// A bounded guard against a corrupt `numFlags`.
 const MAX_FLAGS: u64 = 10_000;

@@ -2,7 +2,7 @@
 //! the instructions of a compiled frame's epilogue, and where the call stub returns to.
 
 use super::vmstructs::VmStructs;
-use crate::target::TargetMemory;
+use crate::process::TargetMemory;
 
 /// Interpreter frame slots in words from rbp, x86_64, JDK 9+ (`frame_x86.hpp`; VMStructs exports
 /// only the sender-sp and last-sp slots).

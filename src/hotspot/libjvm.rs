@@ -1,8 +1,8 @@
 //! Locating libjvm.so in the target and resolving its exported symbols.
 
 use crate::error::{err, Error, ErrorKind, Result};
-use crate::target::mapped::{load_bias, open_mapped_file, target_path};
-use crate::target::{Mapping, TargetProcess};
+use crate::process::mapped::{load_bias, open_mapped_file, target_path};
+use crate::process::{Mapping, TargetProcess};
 use object::{Object, ObjectSymbol};
 use std::collections::HashMap;
 

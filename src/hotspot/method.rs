@@ -3,7 +3,7 @@
 //! `CompressedLineNumberReadStream` in `oops/method.hpp`).
 
 use super::vmstructs::VmStructs;
-use crate::target::TargetMemory;
+use crate::process::TargetMemory;
 use foldhash::HashMap;
 
 const MAX_SYMBOL: u64 = 1 << 16;

@@ -19,7 +19,7 @@ pub mod unsigned5;
 pub mod vmstructs;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::target::{
+use crate::process::{
     MemError, MemFault, PageCachedMemory, ProcessMemory, TargetMemory, TargetProcess,
 };
 use flags::FlagTable;
@@ -156,7 +156,7 @@ pub(crate) mod fixture_tests {
     use super::flags::FlagTable;
     use super::method::MethodLayout;
     use super::vmstructs::VmStructs;
-    use crate::target::{SnapshotMemory, TargetMemory};
+    use crate::process::{SnapshotMemory, TargetMemory};
     use std::collections::HashMap;
 
     pub(crate) fn fixture() -> (SnapshotMemory, HashMap<String, u64>) {

@@ -17,7 +17,7 @@
 
 use super::unsigned5;
 use super::vmstructs::VmStructs;
-use crate::target::TargetMemory;
+use crate::process::TargetMemory;
 
 /// Debug info of one nmethod larger than this is a misread.
 const MAX_TABLE_BYTES: u64 = 4 << 20;

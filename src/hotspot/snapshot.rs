@@ -20,11 +20,11 @@ use super::HotSpot;
 use crate::cmd::dump::Naming;
 use crate::jit::codemap::CodeMap;
 use crate::native::{Modules, NativeSymbolizer, NativeUnwinder};
+use crate::process::memory::RecordingMemory;
+use crate::process::{MemError, ProcessMemory, SnapshotMemory, TargetMemory, TargetProcess};
 use crate::profile::{Frame, Profile};
 use crate::sampler::Regs;
 use crate::symbolize::Symbolizer;
-use crate::target::memory::RecordingMemory;
-use crate::target::{MemError, ProcessMemory, SnapshotMemory, TargetMemory, TargetProcess};
 use crate::walker::{StackWalker, Walk};
 use std::fmt::Write;
 use std::ops::Range;
@@ -378,7 +378,7 @@ pub fn capture(
         if attempt > 0 {
             std::thread::sleep(std::time::Duration::from_millis(3 + u64::from(attempt % 7)));
         }
-        let snap = crate::target::freeze::capture(pid, tid, CAPTURE_STACK, &mut || {})?;
+        let snap = crate::process::freeze::capture(pid, tid, CAPTURE_STACK, &mut || {})?;
         let maps = process.maps().map_err(|e| e.to_string())?;
         let Some(stack_map) = maps
             .iter()

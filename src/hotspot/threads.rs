@@ -11,7 +11,7 @@
 //! read half-built, and every value read is only as good as that.
 
 use super::vmstructs::VmStructs;
-use crate::target::TargetMemory;
+use crate::process::TargetMemory;
 use std::collections::HashMap;
 
 /// More Java threads than any JVM runs: a longer list is a misread pointer.

@@ -1,7 +1,7 @@
 //! HotSpot's self-description tables (`gHotSpotVMStructs`, `gHotSpotVMTypes`, int and long constants),
 //! read from the target's memory. See JDK `runtime/vmStructs.cpp` (end of file) for the exported layout.
 
-use crate::target::{MemError, TargetMemory};
+use crate::process::{MemError, TargetMemory};
 use std::collections::HashMap;
 
 /// Upper bounds that keep a corrupt or hostile table from making us loop or allocate without end.

@@ -1,8 +1,8 @@
 //! The target's executable file-backed mappings, one [`Module`] per file, each with the file's bytes.
 
 use crate::error::Result;
-use crate::target::mapped::{load_bias, open_mapped_file, target_path};
-use crate::target::{Mapping, ProcessMemory, TargetMemory, TargetProcess};
+use crate::process::mapped::{load_bias, open_mapped_file, target_path};
+use crate::process::{Mapping, ProcessMemory, TargetMemory, TargetProcess};
 use memmap2::Mmap;
 use object::{Object, ObjectSymbol};
 use std::collections::{HashMap, HashSet};

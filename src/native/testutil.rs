@@ -1,7 +1,7 @@
 //! Test helpers: real register sets and stack copies, from this process or a live JVM thread.
 
 use super::unwind::NativeRegs;
-use crate::target::{ProcessMemory, TargetMemory, TargetProcess};
+use crate::process::{ProcessMemory, TargetMemory, TargetProcess};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

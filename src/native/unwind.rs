@@ -4,7 +4,7 @@
 use super::modules::{FileBytes, Module, ModuleChanges, ModuleRef, Modules};
 use super::sigframe::{self, Interrupted};
 use crate::error::Result;
-use crate::target::TargetProcess;
+use crate::process::TargetProcess;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Unwinder};
 use object::{CompressionFormat, Object, ObjectSection};

@@ -6,8 +6,8 @@
 //! host can swap them for a symlink or their own library.
 
 use crate::error::{err, Error, ErrorKind, Result};
+use crate::process::TargetProcess;
 use crate::shim_lib::{SHIM_SO, SHIM_VERSION};
-use crate::target::TargetProcess;
 use nix::unistd::{fchown, Gid, Uid};
 use std::fs;
 use std::io::Write;

@@ -5,7 +5,7 @@ use super::placement::ShimDir;
 use super::protocol::{self, Frame, Hello, Record};
 use crate::attach;
 use crate::error::{err, Error, ErrorKind, Result};
-use crate::target::TargetProcess;
+use crate::process::TargetProcess;
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use std::io::{ErrorKind as IoKind, Read, Write};
 use std::os::fd::AsFd;

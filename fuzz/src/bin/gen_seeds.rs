@@ -11,7 +11,7 @@ use jvmperf::hotspot::flags::FlagTable;
 use jvmperf::hotspot::method::MethodLayout;
 use jvmperf::hotspot::vmstructs::{parse_symbol_lines, VmStructs};
 use jvmperf::shim::protocol::{self as p, encode_frame};
-use jvmperf::target::{SnapshotMemory, TargetMemory};
+use jvmperf::process::{SnapshotMemory, TargetMemory};
 use jvmperf_fuzz::VmInput;
 use std::collections::HashMap;
 use std::path::Path;

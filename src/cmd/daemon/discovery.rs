@@ -2,7 +2,7 @@
 //! their signal handlers in place (an attach signals the JVM), and named for people by their main
 //! class or jar.
 
-use crate::target::process::proc_process;
+use crate::process::identity::proc_process;
 use procfs::process::{MMapPath, Process};
 use procfs::Current;
 use regex::Regex;

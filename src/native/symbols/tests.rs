@@ -1,7 +1,7 @@
 use super::*;
 use crate::native::testutil::{build_c_library, rss_kib, scratch_symbolizer, Loaded, SleepingJvm};
 use crate::native::NativeUnwinder;
-use crate::target::TargetProcess;
+use crate::process::TargetProcess;
 use std::time::Instant;
 
 fn own_unwinder() -> NativeUnwinder {

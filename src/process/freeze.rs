@@ -9,8 +9,8 @@
 //! is let go. A thread in uninterruptible sleep (`D`) is not seized: it would stop only once its
 //! system call returns; its stack pointer and pc come from `/proc/<pid>/task/<tid>/syscall`.
 
+use crate::process::{ProcessMemory, TargetMemory};
 use crate::sampler::Regs;
-use crate::target::{ProcessMemory, TargetMemory};
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
@@ -171,7 +171,7 @@ fn read_stack(mem: &ProcessMemory, sp: u64, max: usize) -> Vec<u8> {
 /// The one-letter state of `/proc/<pid>/task/<tid>/stat` (R running, S sleeping, D disk, …).
 pub fn os_state(pid: u32, tid: u32) -> Option<char> {
     let tid = i32::try_from(tid).ok()?;
-    let stat = super::process::proc_process(pid)
+    let stat = super::identity::proc_process(pid)
         .and_then(|p| p.task_from_tid(tid)?.stat())
         .ok()?;
     Some(stat.state)

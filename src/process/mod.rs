@@ -1,11 +1,11 @@
 //! The profiled process: its identity under /proc, and access to its memory.
 
 pub mod freeze;
+pub mod identity;
 pub mod mapped;
 pub mod memory;
-pub mod process;
 
+pub use identity::{Mapping, TargetProcess};
 pub use memory::{
     MemError, MemFault, PageCachedMemory, ProcessMemory, SnapshotMemory, TargetMemory,
 };
-pub use process::{Mapping, TargetProcess};
