@@ -4,7 +4,7 @@
 use crate::engine::{Agent, Engine, EngineOptions, Recording, Wall};
 use crate::error::{Error, ErrorKind, Result};
 use crate::output::{self, Format, OutputOptions, SampleSpill};
-use crate::sampler::SamplerStats;
+use crate::sampler::{SamplerStats, Sampling};
 use crate::shim::protocol::ShimStats;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -63,6 +63,12 @@ pub struct RecordOptions {
     /// attach disabled).
     #[arg(long, conflicts_with = "precise_inlining")]
     pub no_agent: bool,
+    /// How samples are taken: per CPU (one event per CPU; nothing per thread or per context
+    /// switch; needs root, CAP_PERFMON or kernel.perf_event_paranoid <= 0), per thread (one
+    /// event per thread; each context switch of a sampled thread costs ~2 µs), or auto: per CPU
+    /// where allowed.
+    #[arg(long, value_enum, env = "JVMPERF_SAMPLING", default_value = "auto")]
+    pub sampling: Sampling,
     /// Print a status line to stderr every this many seconds: samples, lost, distinct stacks,
     /// jvmperf's memory and the shim's memory inside the JVM.
     #[arg(long, value_name = "SECONDS", value_parser = crate::cli::seconds)]
@@ -99,6 +105,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         },
         keep_sample_times: false,
         wall: opts.wall.then_some(Wall { idle: opts.idle }),
+        sampling: opts.sampling,
     })?;
     if let Some(why) = engine.agentless() {
         eprintln!(
@@ -197,6 +204,10 @@ fn print_summary(opts: &RecordOptions, r: &Recording, naming_took: Duration) {
         r.debug_info_cpu.as_secs_f64(),
         r.symbol_caches
     );
+    eprintln!("jvmperf: {}", r.strategy.describe());
+    if let Some(line) = coverage_line(r) {
+        eprintln!("jvmperf: {line}");
+    }
     if let Some(w) = &r.wall {
         let periods = (w.on_cpu + w.off_cpu).max(1) as f64;
         let idle = match (w.idle_threads, w.idle_kept) {
@@ -249,6 +260,42 @@ fn print_summary(opts: &RecordOptions, r: &Recording, naming_took: Duration) {
             r.samples
         );
     }
+}
+
+/// Samples on a CPU against what the JVM's CPU time over the window predicts, with a warning
+/// naming the likely cause below 90%.
+fn coverage_line(r: &Recording) -> Option<String> {
+    let c = r.coverage?;
+    let line = format!(
+        "coverage {:.1}%: {} samples on a CPU where the JVM's CPU time over the window predicts {:.0}",
+        100.0 * c.ratio(),
+        c.samples,
+        c.expected
+    );
+    // Below a few periods of CPU time the ratio says nothing.
+    if c.ratio() >= 0.9 || c.expected < 20.0 {
+        return Some(line);
+    }
+    let cause = if r.stats.lost > 0 {
+        format!("{} samples were lost (ring buffers full)", r.stats.lost)
+    } else if r.stats.throttled > 0 {
+        "the kernel lowered the rate (kernel.perf_event_max_sample_rate)".to_string()
+    } else if !r.samples_kernel_time {
+        "time in the kernel is not sampled (kernel.perf_event_paranoid)".to_string()
+    } else if r.strategy.kind == Sampling::PerThread {
+        let failed = match r.stats.threads_failed {
+            0 => String::new(),
+            n => format!("; {n} threads could not be sampled at all"),
+        };
+        format!(
+            "per-thread sampling starts on a thread when jvmperf finds it (at its start, or \
+             within 200 ms){failed}; per-CPU sampling covers every thread from its first \
+             instruction (root or CAP_PERFMON)"
+        )
+    } else {
+        "the JVM used CPU outside the sampled window (attach, shutdown)".to_string()
+    };
+    Some(format!("{line} — WARNING: low coverage: {cause}"))
 }
 
 /// A `--status-every` line: `key=value` pairs for production logs, memory in KiB. `stacks` are the

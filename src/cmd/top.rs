@@ -42,6 +42,9 @@ pub struct TopOptions {
     /// Wall-clock time, as `record --wall`: threads count whether on a CPU or not.
     #[arg(long)]
     pub wall: bool,
+    /// Per CPU, per thread, or per CPU where allowed (as `record --sampling`).
+    #[arg(long, value_enum, env = "JVMPERF_SAMPLING", default_value = "auto")]
+    pub sampling: crate::sampler::Sampling,
 }
 
 const REFRESH: Duration = Duration::from_secs(1);
@@ -73,6 +76,7 @@ pub fn run(opts: &TopOptions) -> Result<()> {
         keep_sample_times: false,
         agent: Agent::Fallback,
         wall: opts.wall.then_some(Wall { idle: false }),
+        sampling: opts.sampling,
     })?;
     let mut view = View {
         pid: opts.pid,

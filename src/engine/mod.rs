@@ -18,12 +18,15 @@ use crate::native::NativeUnwinder;
 use crate::output::SampleSpill;
 use crate::process::{freeze, TargetProcess};
 use crate::profile::Profile;
-use crate::sampler::{Sample, SampleKind, Sampler, SamplerConfig, SamplerStats};
+use crate::sampler::{
+    Sample, SampleKind, Sampler, SamplerConfig, SamplerStats, Sampling, Strategy,
+};
 use crate::shim::protocol::{self, ShimStats};
 use crate::symbolize::{Symbolizer, WarmingSymbols};
 use crate::walker::StackWalker;
 use collect::Collected;
 use naming::Named;
+use foldhash::HashMap;
 use std::time::{Duration, Instant};
 
 pub struct EngineOptions {
@@ -45,6 +48,8 @@ pub struct EngineOptions {
     pub agent: Agent,
     /// Wall-clock mode: threads count at the rate whether on a CPU or not (see [`wall`]).
     pub wall: Option<Wall>,
+    /// Per CPU or per thread ([`Sampling::Auto`]: per CPU where allowed).
+    pub sampling: Sampling,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +107,22 @@ pub struct Engine {
     interval_start_ns: u64,
     interval_base: SamplerStats,
     wall: Option<Wall>,
+    /// The target's CPU time, for the coverage of the samples.
+    cpu_time: CpuTime,
+    /// Thread names read from /proc when a thread was first sampled (it may end before the
+    /// recording does), and threads sampled for the first time in this turn.
+    comms: HashMap<u32, String>,
+    new_tids: Vec<u32>,
+    /// The target's CPU time where the interval not yet taken starts.
+    interval_cpu: Option<u64>,
+}
+
+/// The target's CPU time (all threads, ended ones included) when sampling started, and when last
+/// read while it was alive.
+#[derive(Debug, Clone, Copy)]
+struct CpuTime {
+    start: Option<u64>,
+    last: Option<u64>,
 }
 
 /// The profile of the samples taken in `[start_ns, end_ns)` (CLOCK_MONOTONIC), and its counts.
@@ -152,6 +173,39 @@ pub struct Recording {
     pub wall: Option<WallSummary>,
     pub spill: Option<SampleSpill>,
     pub ended: Option<String>,
+    /// Samples taken on a CPU against what the target's CPU time predicts.
+    pub coverage: Option<Coverage>,
+    /// How the samples were taken.
+    pub strategy: Strategy,
+}
+
+/// Samples taken on a CPU against those the target's CPU time over the window predicts (its
+/// CPU time divided by the period).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Coverage {
+    pub samples: u64,
+    pub expected: f64,
+}
+
+impl Coverage {
+    pub fn ratio(&self) -> f64 {
+        self.samples as f64 / self.expected.max(1.0)
+    }
+}
+
+fn profile_coverage(samples: u64, cpu_time_ns: Option<u64>, period_ns: u64) -> Option<Coverage> {
+    let cpu = cpu_time_ns?;
+    (period_ns > 0).then(|| Coverage {
+        samples,
+        expected: cpu as f64 / period_ns as f64,
+    })
+}
+
+impl CpuTime {
+    /// CPU time from `from` to the last reading.
+    fn since(&self, from: Option<u64>) -> Option<u64> {
+        Some(self.last?.saturating_sub(from?))
+    }
 }
 
 impl Engine {
@@ -160,17 +214,15 @@ impl Engine {
         // Permissions first: a user who may not read or sample the JVM is told why before
         // anything is loaded into it. The perf events stay off until the attach is done.
         TargetProcess::open(opts.pid)?.maps()?;
-        let mut sampler = Sampler::open(
-            opts.pid,
-            &SamplerConfig {
-                frequency_hz: opts.frequency_hz,
-                stack_size: opts.stack_size,
-                kernel_callchain: opts.kernel,
-                wall: opts.wall.is_some(),
-                ..Default::default()
-            },
-        )?;
-        sampler.disable();
+        let config = SamplerConfig {
+            frequency_hz: opts.frequency_hz,
+            stack_size: opts.stack_size,
+            kernel_callchain: opts.kernel,
+            wall: opts.wall.is_some(),
+            sampling: opts.sampling,
+            ..Default::default()
+        };
+        let strategy = Sampler::choose(opts.pid, &config)?;
         let (live, agentless) = match opts.agent {
             Agent::Required => (LiveJvm::attach(opts.pid)?, None),
             Agent::Off => (
@@ -193,8 +245,10 @@ impl Engine {
         };
         let period_ns = 1_000_000_000 / opts.frequency_hz.max(1);
         collected.wall = opts.wall.map(|_| wall::OffCpu::new(period_ns));
-        sampler.enable();
+        // Opened after the attach, enabled: no sample from before the start, no enable per thread.
         let start_ns = crate::profile::monotonic_now_ns();
+        let cpu_at_start = live.process.cpu_time_ns();
+        let sampler = Sampler::open_as(opts.pid, &config, strategy)?;
         if opts.wall.is_some() {
             read_blocked_threads(
                 &live.process,
@@ -227,6 +281,13 @@ impl Engine {
             interval_start_ns: start_ns,
             interval_base: SamplerStats::default(),
             wall: opts.wall,
+            cpu_time: CpuTime {
+                start: cpu_at_start,
+                last: cpu_at_start,
+            },
+            comms: HashMap::default(),
+            new_tids: Vec::new(),
+            interval_cpu: cpu_at_start,
         })
     }
 
@@ -238,12 +299,20 @@ impl Engine {
             return Ok(());
         }
         let (collected, walker) = (&mut self.collected, &mut self.walker);
-        if let Err(e) = self
-            .sampler
-            .poll(timeout, &mut |s| collected.add(walker, s))
-        {
+        let (comms, new_tids) = (&self.comms, &mut self.new_tids);
+        let polled = self.sampler.poll(timeout, &mut |s| {
+            if !comms.contains_key(&s.tid) && !new_tids.contains(&s.tid) {
+                new_tids.push(s.tid);
+            }
+            collected.add(walker, s)
+        });
+        if let Err(e) = polled {
             self.ended = Some(e.to_string());
             return Ok(());
+        }
+        for tid in self.new_tids.drain(..) {
+            let comm = self.live.process.thread_comm(tid);
+            self.comms.insert(tid, comm.unwrap_or_default());
         }
         let now = crate::profile::monotonic_now_ns();
         self.collected
@@ -269,6 +338,9 @@ impl Engine {
         if self.last_rescan.elapsed() > RESCAN_EVERY {
             self.last_rescan = Instant::now();
             self.sampler.rescan_threads();
+            if let Some(cpu) = self.live.process.cpu_time_ns() {
+                self.cpu_time.last = Some(cpu);
+            }
             if !self.live.process.is_alive() {
                 self.ended = Some(format!("process {} exited", self.pid));
             }
@@ -345,6 +417,8 @@ impl Engine {
     /// The interval from the last one to `end_ns` holding `profile`; the next starts there.
     fn close_interval(&mut self, mut profile: Profile, end_ns: u64) -> Interval {
         self.finish_profile(&mut profile, self.interval_start_ns);
+        profile.cpu_time_ns = self.cpu_time.since(self.interval_cpu);
+        self.interval_cpu = self.cpu_time.last;
         let stats = self.sampler.stats();
         let interval = Interval {
             samples: profile.total_weight(),
@@ -420,6 +494,9 @@ impl Engine {
     pub fn finish(mut self, mut waiting: impl FnMut(&str)) -> Recording {
         self.sampler.disable();
         let end_ns = crate::profile::monotonic_now_ns();
+        if let Some(cpu) = self.live.process.cpu_time_ns() {
+            self.cpu_time.last = Some(cpu);
+        }
         let sampled_for = self.started.elapsed();
         let (collected, walker) = (&mut self.collected, &mut self.walker);
         let _ = self
@@ -454,7 +531,13 @@ impl Engine {
         );
         let mut profile = std::mem::take(&mut self.named.profile);
         self.finish_profile(&mut profile, self.start_ns);
+        profile.cpu_time_ns = self.cpu_time.since(self.cpu_time.start);
         let named = &mut self.named;
+        let on_cpu = match &self.collected.wall {
+            Some(w) => w.on_cpu,
+            None => named.count,
+        };
+        let coverage = profile_coverage(on_cpu, profile.cpu_time_ns, profile.period_ns);
         Recording {
             profile,
             samples: named.count,
@@ -483,6 +566,8 @@ impl Engine {
             }),
             spill: named.spill.take(),
             ended: self.ended.take(),
+            coverage,
+            strategy: self.sampler.strategy().clone(),
         }
     }
 
@@ -519,6 +604,19 @@ impl Engine {
     /// Thread names from `/proc` (comm), overridden by the JVM's own (from the shim).
     fn name_threads(&self, profile: &mut Profile) {
         let process = &self.live.process;
+        // Names read when a thread was first sampled, then names it took later (per CPU: COMM
+        // records, also of threads that ended since), then those of threads alive now.
+        profile.thread_names.extend(
+            self.comms
+                .iter()
+                .filter(|(_, name)| !name.is_empty())
+                .map(|(&tid, name)| (tid, name.clone())),
+        );
+        if let Some(names) = self.sampler.thread_names() {
+            profile
+                .thread_names
+                .extend(names.iter().map(|(&tid, name)| (tid, name.clone())));
+        }
         for tid in process.threads() {
             if let Some(comm) = process.thread_comm(tid) {
                 profile.thread_names.insert(tid, comm);

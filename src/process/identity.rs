@@ -154,6 +154,15 @@ impl TargetProcess {
             .collect()
     }
 
+    /// CPU time of all the process's threads so far, ended ones included: utime + stime of
+    /// `/proc/<pid>/stat`, which the kernel scales to sum to the threads' scheduled runtime
+    /// (`cputime_adjust`), in clock ticks (10 ms at USER_HZ 100). `None` once it has exited.
+    pub fn cpu_time_ns(&self) -> Option<u64> {
+        let stat = proc_process(self.pid).and_then(|p| p.stat()).ok()?;
+        let ticks = stat.utime.saturating_add(stat.stime);
+        Some(ticks.saturating_mul(1_000_000_000) / procfs::ticks_per_second().max(1))
+    }
+
     /// The short (15-byte) kernel name of a thread.
     pub fn thread_comm(&self, tid: u32) -> Option<String> {
         let tid = i32::try_from(tid).ok()?;

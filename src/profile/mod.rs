@@ -185,6 +185,9 @@ pub struct Profile {
     pub comments: Vec<String>,
     /// What a period is of: CPU time, or wall-clock time (`record --wall`).
     pub clock: Clock,
+    /// The target's CPU time over the sampled window, when known: samples on a CPU are expected
+    /// to number `cpu_time_ns / period_ns` (their coverage).
+    pub cpu_time_ns: Option<u64>,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

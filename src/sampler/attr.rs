@@ -26,8 +26,9 @@ pub(super) fn sample_type(config: &SamplerConfig) -> u64 {
     u64::from(t)
 }
 
-/// Attributes for a per-thread CPU-clock sampling event, created disabled. The fill level at
-/// which epoll reports the buffer readable is set per event by [`open_thread`].
+/// Attributes for a CPU-clock sampling event, sampling every `config.period_ns()` of CPU time,
+/// created enabled. The fill level at which epoll reports the buffer readable is set per event by
+/// [`open`].
 pub(super) fn event_attr(config: &SamplerConfig) -> sys::perf_event_attr {
     let mut attr = sys::perf_event_attr {
         type_: sys::PERF_TYPE_SOFTWARE,
@@ -39,19 +40,15 @@ pub(super) fn event_attr(config: &SamplerConfig) -> sys::perf_event_attr {
         clockid: libc::CLOCK_MONOTONIC,
         ..Default::default()
     };
-    if config.wall {
-        // A fixed period of CPU time, so that on-CPU samples and the off-CPU time counted in
-        // periods (see `engine::wall`) are the same unit.
-        attr.sample_period = config.period_ns();
-    } else {
-        attr.sample_freq = config.frequency_hz;
-        attr.set_freq(1);
-    }
+    // cpu-clock has no frequency mode: the kernel turns a frequency into this fixed period at
+    // open and clears `freq` (`perf_swevent_init_hrtimer`, kernel/events/core.c), so that
+    // PERF_EVENT_IOC_PERIOD takes nanoseconds. A period is also the unit wall-clock mode counts
+    // time off a CPU in (see `engine::wall`).
+    attr.sample_period = config.period_ns();
     // read() gives the samples the kernel dropped for a full buffer (Linux ≥ 6.0), including
     // those no LOST record reports yet: see `Sampler::count_unreported_lost`.
     attr.read_format = u64::from(sys::PERF_FORMAT_LOST);
     attr.set_watermark(1);
-    attr.set_disabled(1);
     attr.set_use_clockid(1);
     attr.set_sample_id_all(1);
     attr.set_exclude_hv(1);
@@ -60,7 +57,7 @@ pub(super) fn event_attr(config: &SamplerConfig) -> sys::perf_event_attr {
         attr.set_exclude_callchain_user(1);
     }
     // Time in system calls and page faults is sampled too (its user registers and stack are
-    // those at kernel entry) unless perf_event_paranoid forbids it: see `Sampler::open_thread`.
+    // those at kernel entry) unless perf_event_paranoid forbids it: see `open`.
     attr
 }
 
@@ -80,11 +77,15 @@ pub(super) fn switch_attr(cpu_clock: &sys::perf_event_attr) -> sys::perf_event_a
     attr
 }
 
+/// Whether the open failed for want of privilege.
+pub(super) fn denied(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM))
+}
+
 /// Whether a failed open may succeed with kernel time excluded (`perf_event_paranoid` 2 lets
 /// unprivileged users count user time only).
 pub(super) fn retry_without_kernel(attr: &mut sys::perf_event_attr, e: &io::Error) -> bool {
-    let denied = matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM));
-    if !denied
+    if !denied(e)
         || attr.exclude_kernel() == 1
         || attr.context_switch() == 1
         || attr.sample_type & u64::from(sys::PERF_SAMPLE_CALLCHAIN) != 0
@@ -127,17 +128,27 @@ pub(super) fn read_lost(fd: &OwnedFd) -> io::Result<u64> {
     Ok(values[1])
 }
 
-/// Opens the event on thread `tid` (any CPU), which epoll reports readable once its buffer
-/// holds `wakeup_bytes`, dropping from `attr` what the kernel or `perf_event_paranoid` does not
-/// allow. `Ok(None)`: the thread no longer exists.
-pub(super) fn open_thread(
+/// Opens the event on thread `pid` (any CPU), or with `pid` -1 on CPU `cpu` (any process),
+/// which epoll reports readable once its buffer holds `wakeup_bytes`. What the kernel or
+/// `perf_event_paranoid` does not allow is dropped from `attr` once an open without it succeeded
+/// (so that one failure for another reason does not change later events). `Ok(None)`: the
+/// thread no longer exists, or the CPU is offline.
+pub(super) fn open(
     attr: &mut sys::perf_event_attr,
     wakeup_bytes: usize,
-    tid: u32,
+    pid: i32,
+    cpu: i32,
 ) -> io::Result<Option<OwnedFd>> {
+    let mut trial = *attr;
     loop {
-        match open_once(attr, wakeup_bytes, tid) {
-            Err(e) if retry_without_lost_count(attr, &e) || retry_without_kernel(attr, &e) => {}
+        match open_once(&trial, wakeup_bytes, pid, cpu) {
+            Err(e)
+                if retry_without_lost_count(&mut trial, &e)
+                    || retry_without_kernel(&mut trial, &e) => {}
+            Ok(Some(fd)) => {
+                *attr = trial;
+                return Ok(Some(fd));
+            }
             other => return other,
         }
     }
@@ -146,17 +157,17 @@ pub(super) fn open_thread(
 fn open_once(
     attr: &sys::perf_event_attr,
     wakeup_bytes: usize,
-    tid: u32,
+    pid: i32,
+    cpu: i32,
 ) -> io::Result<Option<OwnedFd>> {
     let mut attr = *attr;
     attr.wakeup_watermark = u32::try_from(wakeup_bytes).unwrap_or(u32::MAX);
-    let pid = libc::pid_t::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH));
     // SAFETY: `attr` is a fully initialised perf_event_attr that the kernel may write back to.
     let fd = unsafe {
         perf_event_open(
             &mut attr,
-            pid?,
-            -1,
+            pid,
+            cpu,
             -1,
             libc::c_ulong::from(sys::PERF_FLAG_FD_CLOEXEC),
         )
@@ -165,6 +176,7 @@ fn open_once(
         let e = io::Error::last_os_error();
         return match e.raw_os_error() {
             Some(libc::ESRCH) => Ok(None),
+            Some(libc::ENODEV) if pid == -1 => Ok(None),
             _ => Err(e),
         };
     }
@@ -211,10 +223,10 @@ pub(super) fn set_enabled(fd: &OwnedFd, enabled: bool) -> io::Result<()> {
     }
 }
 
-/// Change a running frequency-mode event's rate (`PERF_EVENT_IOC_PERIOD` sets `sample_freq` for
-/// such events; kernel/events/core.c, perf_event_period).
-pub(super) fn set_frequency(fd: &OwnedFd, hz: u64) -> io::Result<()> {
-    let mut value = hz;
+/// Sets a running CPU-clock event's period in nanoseconds (`PERF_EVENT_IOC_PERIOD`; the next
+/// sample comes a full period later: kernel/events/core.c, `__perf_event_period`).
+pub(super) fn set_period(fd: &OwnedFd, period_ns: u64) -> io::Result<()> {
+    let mut value = period_ns;
     // The ioctl takes a pointer to the value; the crate's binding types its argument as u64, so
     // the pointer is passed as one.
     // SAFETY: `fd` is a perf event descriptor and `value` outlives the call.
@@ -271,10 +283,11 @@ pub(super) fn open_error(e: &io::Error, tid: u32, config: &SamplerConfig) -> Err
             ErrorKind::Sampling,
             format!(
                 "out of file descriptors opening perf events (one per thread) at thread {tid}: \
-                 raise the limit with `ulimit -n`"
+                 raise the limit with `ulimit -n` (jvmperf raises its soft limit to the hard one), \
+                 or sample per CPU, one event per CPU (as root or with CAP_PERFMON)"
             ),
         ),
-        Some(libc::ENOMEM) => Error::new(ErrorKind::Sampling, memory_hint(tid, e)),
+        Some(libc::ENOMEM) => Error::new(ErrorKind::Sampling, memory_hint(&format!("thread {tid}"), e)),
         Some(libc::EINVAL) => {
             let rate = max_sample_rate()
                 .map(|m| format!(" (kernel.perf_event_max_sample_rate={m})"))
@@ -295,17 +308,55 @@ pub(super) fn open_error(e: &io::Error, tid: u32, config: &SamplerConfig) -> Err
     }
 }
 
-/// A one-line error for a ring buffer that could not be mapped.
-pub(super) fn mmap_error(e: &io::Error, tid: u32, bytes: usize) -> Error {
+/// A one-line error for a failed per-CPU `perf_event_open`, naming the fix where there is one.
+pub(super) fn cpu_open_error(e: &io::Error, cpu: u32, config: &SamplerConfig) -> Error {
+    match e.raw_os_error() {
+        Some(libc::EACCES | libc::EPERM) => Error::new(
+            ErrorKind::Permission,
+            format!(
+                "per-CPU perf events denied ({}): run as root or with CAP_PERFMON, or `sysctl \
+                 kernel.perf_event_paranoid=0`, or sample per thread (--sampling per-thread)",
+                privilege()
+            ),
+        ),
+        _ => {
+            let e = open_error(e, 0, config);
+            Error::new(e.kind, e.message.replace("on thread 0", &format!("on CPU {cpu}")))
+        }
+    }
+}
+
+/// What this process may do with perf events, for messages: the paranoid level and the
+/// capabilities that lift it.
+pub(super) fn privilege() -> String {
+    let paranoid = read_sysctl("perf_event_paranoid")
+        .map(|v| format!("kernel.perf_event_paranoid={v}"))
+        .unwrap_or_else(|| "kernel.perf_event_paranoid".to_string());
+    const CAP_SYS_ADMIN: u32 = 21;
+    const CAP_PERFMON: u32 = 38;
+    let caps = procfs::process::Process::myself()
+        .and_then(|me| me.status())
+        .map_or(0, |s| s.capeff);
+    let has = |cap: u32| caps & (1 << cap) != 0;
+    let cap = if has(CAP_PERFMON) || has(CAP_SYS_ADMIN) {
+        "with CAP_PERFMON"
+    } else {
+        "without CAP_PERFMON"
+    };
+    format!("{paranoid}, {cap}")
+}
+
+/// A one-line error for a ring buffer that could not be mapped, for `what` ("thread 42").
+pub(super) fn mmap_error(e: &io::Error, what: &str, bytes: usize) -> Error {
     Error::new(
         ErrorKind::Sampling,
-        format!("{} ({} KiB buffer)", memory_hint(tid, e), bytes / 1024),
+        format!("{} ({} KiB buffer)", memory_hint(what, e), bytes / 1024),
     )
 }
 
-fn memory_hint(tid: u32, e: &io::Error) -> String {
+fn memory_hint(what: &str, e: &io::Error) -> String {
     format!(
-        "cannot lock perf ring-buffer memory for thread {tid}: {e}; raise \
+        "cannot lock perf ring-buffer memory for {what}: {e}; raise \
          `sysctl kernel.perf_event_mlock_kb` or RLIMIT_MEMLOCK (`ulimit -l`), run as root, or \
          lower the stack size or frequency"
     )
@@ -336,7 +387,7 @@ mod tests {
         assert!(error_for(libc::ENOMEM)
             .message
             .contains("perf_event_mlock_kb"));
-        let mmap = mmap_error(&io::Error::from_raw_os_error(libc::EPERM), 42, 1 << 20);
+        let mmap = mmap_error(&io::Error::from_raw_os_error(libc::EPERM), "thread 42", 1 << 20);
         assert!(mmap.message.contains("RLIMIT_MEMLOCK") && mmap.message.contains("1024 KiB"));
         assert!(!error_for(libc::EINVAL).message.contains('\n'));
     }

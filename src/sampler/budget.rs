@@ -275,6 +275,15 @@ impl RingPlan {
         .max(current)
     }
 
+    /// Data pages of each of `cpus` per-CPU rings when `available` pages are left: a busy ring
+    /// each (every sample taken on the CPU lands there, whichever thread it is of), or an equal
+    /// share of what is left.
+    pub fn pages_per_cpu(&self, cpus: usize, available: usize) -> usize {
+        self.busy_pages
+            .min(ring_within(available / cpus.max(1)))
+            .max(self.min_pages)
+    }
+
     /// Notes a ring of `pages` data pages mapped for a new thread (`busy` false) or a busy one,
     /// where `wanted` were asked for; when the kernel refused those, later rings get no more.
     pub fn mapped(&mut self, pages: usize, wanted: usize, busy: bool) {

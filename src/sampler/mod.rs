@@ -1,10 +1,14 @@
-//! Stack sampling with `perf_event_open`: one CPU-clock event per thread of the target (no
-//! inherit), each with its own ring buffer, all watched by one epoll. Samples carry the user
-//! registers and a copy of the top of the user stack for unwinding, and optionally the kernel
-//! callchain. They are handed out borrowed from the ring buffer, without copying.
+//! Stack sampling with `perf_event_open` CPU-clock events, per CPU where the host allows it
+//! ([`per_cpu`]), else per thread of the target ([`per_thread`]); the engine does not know which
+//! runs. Samples carry the user registers and a copy of the top of the user stack for unwinding,
+//! and optionally the kernel callchain. They are handed out borrowed from the ring buffers, without
+//! copying.
 
 mod attr;
 mod budget;
+mod event;
+mod per_cpu;
+mod per_thread;
 mod record;
 mod ring;
 #[cfg(test)]
@@ -16,11 +20,7 @@ pub use record::{RecordLayout, Regs, Sample, SampleKind};
 use crate::error::{err, Error, ErrorKind, Result};
 use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
-use perf_event_open_sys::bindings::perf_event_attr;
 use record::Record;
-use ring::RingBuffer;
-use std::collections::{HashMap, HashSet};
-use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 /// Largest `sample_stack_user` the kernel accepts (a multiple of 8 below `USHRT_MAX`).
@@ -38,7 +38,8 @@ pub const DEFAULT_STACK_SIZE: u32 = 32768;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SamplerConfig {
-    /// Samples per second of CPU time, per thread.
+    /// Samples per second of CPU time (a fixed period of 1e9/F ns of each thread's CPU time, or of
+    /// each CPU's time).
     pub frequency_hz: u64,
     /// Bytes of user stack copied from the sampled SP (multiple of 8, at most [`MAX_STACK_SIZE`]).
     pub stack_size: u32,
@@ -47,9 +48,10 @@ pub struct SamplerConfig {
     /// Data pages per thread's ring buffer (rounded up to a power of two); `None` sizes it from
     /// the frequency, the stack size and the locked-memory budget (see [`RingPlan`]).
     pub ring_pages: Option<usize>,
-    /// Wall-clock mode: CPU time sampled at a fixed period, and each thread's stack taken when it
-    /// leaves a CPU, with the time it comes back ([`SampleKind`]).
+    /// Wall-clock mode: each thread's stack taken when it leaves a CPU, with the time it comes
+    /// back ([`SampleKind`]).
     pub wall: bool,
+    pub sampling: Sampling,
 }
 
 impl Default for SamplerConfig {
@@ -60,12 +62,13 @@ impl Default for SamplerConfig {
             kernel_callchain: false,
             ring_pages: None,
             wall: false,
+            sampling: Sampling::Auto,
         }
     }
 }
 
 impl SamplerConfig {
-    /// Nanoseconds of CPU time between samples: the period wall-clock mode samples at.
+    /// Nanoseconds of CPU time between samples.
     pub fn period_ns(&self) -> u64 {
         1_000_000_000 / self.frequency_hz.max(1)
     }
@@ -153,6 +156,12 @@ pub enum ParsedRecord<'a> {
         tid: u32,
         time: u64,
     },
+    /// A thread took a name (per-CPU events: any process's thread).
+    Comm {
+        pid: u32,
+        tid: u32,
+        name: &'a [u8],
+    },
     /// The kernel dropped this many samples (buffer full).
     Lost(u64),
     Throttle,
@@ -181,6 +190,7 @@ pub fn parse_record<'a>(
             })
         }
         Record::SwitchIn { pid, tid, time } => ParsedRecord::SwitchIn { pid, tid, time },
+        Record::Comm { pid, tid, name } => ParsedRecord::Comm { pid, tid, name },
         Record::Lost(n) => ParsedRecord::Lost(n),
         Record::Throttle => ParsedRecord::Throttle,
         Record::Unthrottle => ParsedRecord::Unthrottle,
@@ -219,352 +229,236 @@ pub struct SamplerStats {
     pub malformed: u64,
 }
 
-struct ThreadEvent {
-    /// Wall-clock mode's context-switch event, writing into `ring`.
-    switch: Option<OwnedFd>,
-    /// How this ring's records are laid out (the switch event's id among them).
-    layout: RecordLayout,
-    // Declared before `fd`: unmap before closing (and only then give back the locked pages).
-    ring: RingBuffer,
-    _locked: budget::Locked,
-    fd: OwnedFd,
-    /// Data pages of `ring`.
-    pages: usize,
-    /// Found busy, but the budget had no room for a larger ring.
-    no_room: bool,
-    /// Samples its LOST records reported, and those counted in [`SamplerStats::lost`] (more
-    /// when the kernel's count was read before a LOST record came).
-    lost_records: u64,
-    lost_counted: u64,
+/// How the samples are taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Sampling {
+    /// Per CPU where the host allows it, else per thread.
+    #[default]
+    Auto,
+    /// One event per online CPU: nothing per thread or per context switch (needs root,
+    /// CAP_PERFMON or kernel.perf_event_paranoid <= 0).
+    PerCpu,
+    /// One event per thread of the JVM: each context switch of a sampled thread costs it the
+    /// restart of the event's timer.
+    PerThread,
 }
 
-impl ThreadEvent {
-    /// Every event of the thread writing into its ring.
-    fn fds(&self) -> impl Iterator<Item = &OwnedFd> {
-        std::iter::once(&self.fd).chain(self.switch.as_ref())
-    }
+/// The strategy that runs, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Strategy {
+    pub kind: Sampling,
+    pub why: String,
+}
 
-    fn set_enabled(&self, enabled: bool) -> std::io::Result<()> {
-        self.fds().try_for_each(|fd| attr::set_enabled(fd, enabled))
+impl Strategy {
+    /// One line for the summary: what runs, why, and what the other strategy would cost or need.
+    pub fn describe(&self) -> String {
+        match self.kind {
+            Sampling::PerCpu => format!(
+                "sampling per CPU ({}): nothing is done per thread or per context switch",
+                self.why
+            ),
+            _ => format!(
+                "sampling per thread ({}): every context switch of a sampled thread restarts its \
+                 event's timer (~2 µs here), and a thread is sampled from when jvmperf finds it; \
+                 per-CPU sampling costs neither (it needs root, CAP_PERFMON or \
+                 `sysctl kernel.perf_event_paranoid=0`)",
+                self.why
+            ),
+        }
     }
+}
 
-    /// Counts in `stats` the samples the event dropped that no LOST record reported yet (none
-    /// will while it is disabled or after its thread exited).
-    fn count_unreported_lost(&mut self, counts_lost: bool, stats: &mut SamplerStats) {
-        if !counts_lost {
-            return;
-        }
-        if let Ok(total) = attr::read_lost(&self.fd) {
-            if total > self.lost_counted {
-                stats.lost += total - self.lost_counted;
-                self.lost_counted = total;
-            }
-        }
-    }
+enum Strategies {
+    PerCpu(per_cpu::CpuSampler),
+    PerThread(per_thread::ThreadSampler),
 }
 
 pub struct Sampler {
     pid: u32,
     config: SamplerConfig,
-    attr: perf_event_attr,
-    /// Wall-clock mode's context-switch event.
-    switch_attr: Option<perf_event_attr>,
-    plan: RingPlan,
-    enabled: bool,
-    epoll: Epoll,
-    threads: HashMap<u32, ThreadEvent>,
-    failed: HashSet<u32>,
-    last_error: Option<Error>,
-    stats: SamplerStats,
-    /// Reused buffers: a record that wraps around, decoded kernel ips, epoll results, exited tids.
-    scratch: Vec<u8>,
-    kernel_ips: Vec<u64>,
+    strategy: Strategy,
+    sampler: Strategies,
+    /// Reused buffers: epoll results, exited threads.
     events: Vec<EpollEvent>,
     hung_up: Vec<u32>,
-    busy: Vec<u32>,
 }
 
 impl Sampler {
-    /// Opens and enables an event on every current thread of `pid`.
+    /// Opens the events of the strategy `config.sampling` asks for (per CPU where allowed),
+    /// enabled.
     pub fn open(pid: u32, config: &SamplerConfig) -> Result<Sampler> {
+        let strategy = Sampler::choose(pid, config)?;
+        Sampler::open_as(pid, config, strategy)
+    }
+
+    /// The strategy `config` asks for, where this process may use it: a per-CPU event is opened
+    /// on one CPU (and closed) to find out, a per-thread one on the main thread. Nothing is
+    /// mapped; the target is left as it was.
+    pub fn choose(pid: u32, config: &SamplerConfig) -> Result<Strategy> {
         config.validate()?;
-        let tids = list_threads(pid).map_err(|e| {
-            Error::new(
-                ErrorKind::NoProcess,
-                format!("cannot list the threads of process {pid}: {e} (has it exited?)"),
-            )
-        })?;
+        // The target must exist (per-CPU events open whether it does or not).
+        list_threads(pid)?;
+        let per_thread = |why: String| -> Result<Strategy> {
+            let mut attr = attr::event_attr(config);
+            attr.set_disabled(1);
+            match attr::open(&mut attr, 0, pid as i32, -1) {
+                Ok(Some(_)) => Ok(Strategy {
+                    kind: Sampling::PerThread,
+                    why,
+                }),
+                Ok(None) => err(
+                    ErrorKind::NoProcess,
+                    format!("process {pid} has exited"),
+                ),
+                Err(e) => Err(attr::open_error(&e, pid, config)),
+            }
+        };
+        match (config.sampling, config.wall) {
+            (Sampling::PerThread, _) => per_thread("--sampling per-thread".to_string()),
+            (Sampling::PerCpu, true) => err(
+                ErrorKind::Usage,
+                "--wall samples per thread (it follows each thread's context switches): drop \
+                 --sampling per-cpu",
+            ),
+            (Sampling::Auto, true) => {
+                per_thread("--wall follows each thread's context switches".to_string())
+            }
+            (kind, false) => {
+                let cpu = per_cpu::online_cpus()?[0];
+                let mut attr = attr::event_attr(config);
+                attr.set_disabled(1);
+                match attr::open(&mut attr, 0, -1, cpu as i32) {
+                    Ok(_) => Ok(Strategy {
+                        kind: Sampling::PerCpu,
+                        why: match kind {
+                            Sampling::PerCpu => "--sampling per-cpu".to_string(),
+                            _ => format!("allowed with {}", attr::privilege()),
+                        },
+                    }),
+                    Err(e) if kind == Sampling::Auto && attr::denied(&e) => per_thread(format!(
+                        "per-CPU events are not allowed: {}",
+                        attr::privilege()
+                    )),
+                    Err(e) => Err(attr::cpu_open_error(&e, cpu, config)),
+                }
+            }
+        }
+    }
+
+    /// Opens the events of `strategy` (from [`Sampler::choose`]), enabled.
+    pub fn open_as(pid: u32, config: &SamplerConfig, strategy: Strategy) -> Result<Sampler> {
+        config.validate()?;
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
             .map_err(|e| Error::new(ErrorKind::Internal, format!("epoll_create1: {e}")))?;
-        let plan = config.ring_plan(tids.len(), Host::current().budget());
-        let attr = attr::event_attr(config);
-        let mut sampler = Sampler {
+        let sampler = match strategy.kind {
+            Sampling::PerThread => {
+                Strategies::PerThread(per_thread::ThreadSampler::open(pid, config, epoll)?)
+            }
+            _ => Strategies::PerCpu(per_cpu::CpuSampler::open(pid, config, epoll)?),
+        };
+        Ok(Sampler {
             pid,
             config: config.clone(),
-            attr,
-            switch_attr: config.wall.then(|| attr::switch_attr(&attr)),
-            plan,
-            enabled: true,
-            epoll,
-            threads: HashMap::new(),
-            failed: HashSet::new(),
-            last_error: None,
-            stats: SamplerStats::default(),
-            scratch: Vec::new(),
-            kernel_ips: Vec::new(),
+            strategy,
+            sampler,
             events: vec![EpollEvent::empty(); 64],
             hung_up: Vec::new(),
-            busy: Vec::new(),
-        };
-        for tid in tids {
-            sampler.add_thread(tid)?;
-        }
-        if sampler.threads.is_empty() {
-            return err(
-                ErrorKind::NoProcess,
-                format!("process {pid} has no threads left to sample (has it exited?)"),
-            );
-        }
-        Ok(sampler)
+        })
     }
 
     pub fn pid(&self) -> u32 {
         self.pid
     }
 
+    /// Which strategy runs, and why.
+    pub fn strategy(&self) -> &Strategy {
+        &self.strategy
+    }
+
     /// Whether samples also land in kernel code (system calls, page faults); false when
     /// `perf_event_paranoid` restricts us to user time, which then goes unsampled.
     pub fn samples_kernel_time(&self) -> bool {
-        self.attr.exclude_kernel() == 0
-    }
-
-    /// Bytes of a new thread's ring buffer (data pages only) as planned; threads past the plan
-    /// may get smaller ones when the budget runs short, busy threads larger ones.
-    pub fn ring_buffer_bytes(&self) -> usize {
-        self.plan.base_pages * self.plan.page_size
-    }
-
-    /// Bytes of thread `tid`'s ring buffer now (data pages only).
-    pub fn thread_ring_bytes(&self, tid: u32) -> Option<usize> {
-        self.threads
-            .get(&tid)
-            .map(|event| event.pages * self.plan.page_size)
+        match &self.sampler {
+            Strategies::PerCpu(s) => s.samples_kernel_time(),
+            Strategies::PerThread(s) => s.samples_kernel_time(),
+        }
     }
 
     /// How the ring buffers were sized.
     pub fn ring_plan(&self) -> &RingPlan {
-        &self.plan
+        match &self.sampler {
+            Strategies::PerCpu(s) => &s.plan,
+            Strategies::PerThread(s) => &s.plan,
+        }
     }
 
-    /// One line saying that the ring buffers are smaller than a busy thread needs, and why;
-    /// `None` when they are as large as wanted.
+    /// Bytes of thread `tid`'s ring buffer now (data pages only), per-thread sampling only.
+    pub fn thread_ring_bytes(&self, tid: u32) -> Option<usize> {
+        match &self.sampler {
+            Strategies::PerCpu(_) => None,
+            Strategies::PerThread(s) => s.thread_ring_bytes(tid),
+        }
+    }
+
+    /// One line saying that the ring buffers are smaller than busy threads need, and why; `None`
+    /// when they are as large as wanted.
     pub fn ring_note(&self) -> Option<String> {
-        self.plan
-            .note(budget::available(&self.plan.budget), self.threads.len())
+        match &self.sampler {
+            Strategies::PerCpu(s) => s.ring_note(),
+            Strategies::PerThread(s) => s
+                .plan
+                .note(budget::available(&s.plan.budget), s.threads_open()),
+        }
     }
 
-    /// Threads with an open event, in no particular order.
-    pub fn thread_ids(&self) -> impl Iterator<Item = u32> + '_ {
-        self.threads.keys().copied()
+    /// Names the target's threads took while sampled, where the strategy sees them (per CPU:
+    /// COMM records, which also name threads that ended since).
+    pub fn thread_names(&self) -> Option<&std::collections::HashMap<u32, String>> {
+        match &self.sampler {
+            Strategies::PerCpu(s) => Some(s.thread_names()),
+            Strategies::PerThread(_) => None,
+        }
     }
 
-    /// Starts sampling thread `tid` (a tid of the target as seen from our pid namespace).
-    /// `Ok(false)`: already sampled, not a thread of the target (any more), or failed before.
+    /// Starts sampling thread `tid` (a tid of the target as seen from our pid namespace); per CPU,
+    /// every thread is sampled already. `Ok(false)`: already sampled, not a thread of the target
+    /// (any more), or failed before.
     pub fn add_thread(&mut self, tid: u32) -> Result<bool> {
-        if self.threads.contains_key(&tid) || self.failed.contains(&tid) {
-            return Ok(false);
-        }
-        if !std::path::Path::new(&format!("/proc/{}/task/{tid}", self.pid)).exists() {
-            return Ok(false);
-        }
-        match self.open_thread(tid) {
-            Ok(Some(event)) => {
-                self.threads.insert(tid, event);
-                Ok(true)
-            }
-            Ok(None) => Ok(false),
-            Err(e) => {
-                self.failed.insert(tid);
-                self.last_error = Some(Error::new(e.kind, e.message.clone()));
-                Err(e)
-            }
+        match &mut self.sampler {
+            Strategies::PerCpu(_) => Ok(false),
+            Strategies::PerThread(s) => s.add_thread(tid),
         }
     }
 
-    fn open_thread(&mut self, tid: u32) -> Result<Option<ThreadEvent>> {
-        let pages = self
-            .plan
-            .pages_for_new(budget::available(&self.plan.budget));
-        let Some(event) = self.open_event(tid, pages, self.plan.min_pages, false)? else {
-            return Ok(None);
-        };
-        if self.enabled {
-            event.set_enabled(true).map_err(|e| {
-                Error::new(
-                    ErrorKind::Sampling,
-                    format!("cannot enable the perf event of thread {tid}: {e}"),
-                )
-            })?;
-        }
-        Ok(Some(event))
-    }
-
-    /// Opens thread `tid`'s event, disabled, with a ring of `pages` data pages, or of fewer,
-    /// down to `min_pages`, when the kernel refuses them (other perf buffers of the user share
-    /// its limit); later rings are then planned no larger. `Ok(None)`: the thread is gone.
-    fn open_event(
-        &mut self,
-        tid: u32,
-        wanted: usize,
-        min_pages: usize,
-        busy: bool,
-    ) -> Result<Option<ThreadEvent>> {
-        let mut pages = wanted;
-        let (fd, ring) = loop {
-            // Epoll reports the buffer readable once a quarter full.
-            let wakeup = pages * self.plan.page_size / 4;
-            let opened = attr::open_thread(&mut self.attr, wakeup, tid);
-            let Some(fd) = opened.map_err(|e| attr::open_error(&e, tid, &self.config))? else {
-                return Ok(None);
-            };
-            match RingBuffer::map(&fd, pages) {
-                Ok(ring) => break (fd, ring),
-                Err(e)
-                    if pages > min_pages
-                        && matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOMEM)) =>
-                {
-                    pages /= 2;
-                }
-                Err(e) => return Err(attr::mmap_error(&e, tid, pages * self.plan.page_size)),
-            }
-        };
-        let switch = self.open_switch_event(tid, &fd)?;
-        let layout = RecordLayout {
-            kernel_callchain: self.config.kernel_callchain,
-            switch_event: switch.as_ref().map(|(_, id)| *id),
-        };
-        self.plan.mapped(pages, wanted, busy);
-        let locked = budget::Locked::new(pages);
-        self.epoll
-            .add(&fd, EpollEvent::new(EpollFlags::EPOLLIN, u64::from(tid)))
-            .map_err(|e| Error::new(ErrorKind::Internal, format!("epoll_ctl: {e}")))?;
-        Ok(Some(ThreadEvent {
-            switch: switch.map(|(fd, _)| fd),
-            layout,
-            ring,
-            _locked: locked,
-            fd,
-            pages,
-            no_room: false,
-            lost_records: 0,
-            lost_counted: 0,
-        }))
-    }
-
-    /// Wall-clock mode: opens thread `tid`'s context-switch event, disabled, writing into the ring
-    /// of `cpu_clock`; returns it with its id. `Ok(None)` outside wall mode.
-    fn open_switch_event(
-        &mut self,
-        tid: u32,
-        cpu_clock: &OwnedFd,
-    ) -> Result<Option<(OwnedFd, u64)>> {
-        let Some(switch_attr) = self.switch_attr.as_mut() else {
-            return Ok(None);
-        };
-        // The ring's fill level wakes epoll through the CPU-clock event.
-        let opened = attr::open_thread(switch_attr, 0, tid);
-        let Some(fd) = opened.map_err(|e| attr::open_error(&e, tid, &self.config))? else {
-            // The thread is gone: its CPU-clock event hangs up at the next poll.
-            return Ok(None);
-        };
-        let id = attr::set_output(&fd, cpu_clock).and_then(|()| attr::event_id(&fd));
-        let id = id.map_err(|e| {
-            Error::new(
-                ErrorKind::Sampling,
-                format!("cannot route thread {tid}'s context-switch samples to its ring: {e}"),
-            )
-        })?;
-        Ok(Some((fd, id)))
-    }
-
-    /// Moves busy thread `tid` to a larger ring, if the budget has room: its samples go to the
-    /// new ring from the moment the old one is disabled, and what the old one holds is drained
-    /// to `sink` before it is closed, so the thread's samples stay in order.
-    fn grow(&mut self, tid: u32, sink: &mut dyn FnMut(&Sample<'_>)) {
-        let Some(current) = self.threads.get(&tid).map(|event| event.pages) else {
-            return;
-        };
-        let available = budget::available(&self.plan.budget);
-        let pages = self
-            .plan
-            .pages_for_busy(current, available, self.threads.len());
-        let grown = if pages > current {
-            self.open_event(tid, pages, current * 2, true)
-        } else {
-            Ok(None)
-        };
-        let new = match grown {
-            Ok(Some(new)) => new,
-            Ok(None) => {
-                if let Some(event) = self.threads.get_mut(&tid) {
-                    event.no_room = true;
-                }
-                return;
-            }
-            Err(_) => {
-                // The kernel refused even twice the ring: busy rings stay this size.
-                self.plan.mapped(current, pages, true);
-                if let Some(event) = self.threads.get_mut(&tid) {
-                    event.no_room = true;
-                }
-                return;
-            }
-        };
-        let Some(mut old) = self.threads.insert(tid, new) else {
-            return;
-        };
-        // Disabling returns once the event can no longer write (an IPI to the thread's CPU).
-        let _ = old.set_enabled(false);
-        if self.enabled {
-            if let Some(new) = self.threads.get(&tid) {
-                let _ = new.set_enabled(true);
-            }
-        }
-        drain_ring(
-            &mut old,
-            &mut self.scratch,
-            &mut self.kernel_ips,
-            &mut self.stats,
-            sink,
-        );
-        old.count_unreported_lost(attr::counts_lost(&self.attr), &mut self.stats);
-        let _ = self.epoll.delete(&old.fd);
-        self.stats.rings_grown += 1;
-    }
-
-    /// Opens events for threads that appeared since the last scan; returns how many were added.
-    /// Failures are counted in [`SamplerStats::threads_failed`] and kept in [`Self::last_error`].
+    /// Per thread: opens events for threads that appeared since the last scan; returns how many
+    /// were added. Failures are counted in [`SamplerStats::threads_failed`] and kept in
+    /// [`Self::last_error`].
     pub fn rescan_threads(&mut self) -> usize {
-        let Ok(tids) = list_threads(self.pid) else {
-            return 0;
-        };
-        // Forget failures of threads that are gone, so a reused tid gets a fresh try.
-        self.failed.retain(|tid| tids.binary_search(tid).is_ok());
-        tids.into_iter()
-            .filter(|&tid| matches!(self.add_thread(tid), Ok(true)))
-            .count()
+        match &mut self.sampler {
+            Strategies::PerCpu(_) => 0,
+            Strategies::PerThread(s) => s.rescan_threads(),
+        }
     }
 
     /// The most recent failure to open or map a thread's event.
     pub fn last_error(&self) -> Option<&Error> {
-        self.last_error.as_ref()
+        match &self.sampler {
+            Strategies::PerCpu(_) => None,
+            Strategies::PerThread(s) => s.last_error(),
+        }
     }
 
     /// Waits up to `timeout` for a ring buffer to fill a quarter or a thread to exit, then drains
-    /// every ring buffer, calling `sink` for each sample. Events of exited threads are closed.
+    /// every ring buffer, calling `sink` for each sample of the target. Events of exited threads
+    /// are closed.
     pub fn poll(&mut self, timeout: Duration, sink: &mut dyn FnMut(&Sample<'_>)) -> Result<()> {
         let millis = i32::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
-        let ready = match self.epoll.wait(
+        let epoll = match &self.sampler {
+            Strategies::PerCpu(s) => s.epoll(),
+            Strategies::PerThread(s) => s.epoll(),
+        };
+        let ready = match epoll.wait(
             &mut self.events,
             EpollTimeout::try_from(millis).unwrap_or(EpollTimeout::MAX),
         ) {
@@ -581,64 +475,22 @@ impl Sampler {
                 self.hung_up.push(event.data() as u32);
             }
         }
-        self.drain(sink);
-        let hung_up = std::mem::take(&mut self.hung_up);
-        for tid in &hung_up {
-            if let Some(mut event) = self.threads.remove(tid) {
-                event.count_unreported_lost(attr::counts_lost(&self.attr), &mut self.stats);
-                let _ = self.epoll.delete(&event.fd);
-                self.stats.threads_exited += 1;
-            }
+        match &mut self.sampler {
+            Strategies::PerCpu(s) => s.drain_all(sink),
+            Strategies::PerThread(s) => s.drain_all(&self.hung_up, sink),
         }
-        self.hung_up = hung_up;
         Ok(())
     }
 
-    /// Reads every ring buffer once, up to the head seen when starting on it.
-    fn drain(&mut self, sink: &mut dyn FnMut(&Sample<'_>)) {
-        let counts_lost = attr::counts_lost(&self.attr);
-        let Sampler {
-            threads,
-            scratch,
-            kernel_ips,
-            stats,
-            busy,
-            enabled,
-            ..
-        } = self;
-        busy.clear();
-        for (tid, event) in threads.iter_mut() {
-            let (fill, lost) = drain_ring(event, scratch, kernel_ips, stats, sink);
-            if !*enabled {
-                // Drained while disabled: all the event will ever report is known.
-                event.count_unreported_lost(counts_lost, stats);
-            } else if !event.no_room && (4 * fill >= event.ring.data_size() || lost) {
-                // A quarter full since the last drain, or overflowing: the thread is busy.
-                busy.push(*tid);
-            }
-        }
-        let busy = std::mem::take(&mut self.busy);
-        for &tid in &busy {
-            if self
-                .threads
-                .get(&tid)
-                .is_some_and(|event| event.pages < self.plan.busy_pages)
-            {
-                self.grow(tid, sink);
-            }
-        }
-        self.busy = busy;
-    }
-
     pub fn stats(&self) -> SamplerStats {
-        SamplerStats {
-            threads_open: self.threads.len(),
-            threads_failed: self.failed.len(),
-            ..self.stats
+        match &self.sampler {
+            Strategies::PerCpu(s) => s.stats(),
+            Strategies::PerThread(s) => s.stats(),
         }
     }
 
-    /// Samples per second per thread from now on, for every thread (and threads added later).
+    /// Samples per second of CPU time from now on (per thread, or per CPU), for every event (and
+    /// those opened later).
     pub fn set_frequency(&mut self, hz: u64) -> Result<()> {
         if self.config.wall {
             return err(
@@ -651,16 +503,15 @@ impl Sampler {
             ..self.config.clone()
         };
         config.validate()?;
-        self.config = config;
-        self.attr.sample_freq = hz;
-        for event in self.threads.values() {
-            // Fails only for an event whose thread is gone, which the next poll cleans up.
-            let _ = attr::set_frequency(&event.fd, hz);
+        self.config = config.clone();
+        match &mut self.sampler {
+            Strategies::PerCpu(s) => s.set_period(config),
+            Strategies::PerThread(s) => s.set_period(config),
         }
         Ok(())
     }
 
-    /// Stops sampling on every thread (and on threads added later), e.g. before a final drain.
+    /// Stops sampling (also on threads added later), e.g. before a final drain.
     pub fn disable(&mut self) {
         self.set_enabled(false);
     }
@@ -671,69 +522,23 @@ impl Sampler {
     }
 
     fn set_enabled(&mut self, enabled: bool) {
-        self.enabled = enabled;
-        for event in self.threads.values() {
-            // Fails only for an event whose thread is gone, which the next poll cleans up.
-            let _ = event.set_enabled(enabled);
+        match &mut self.sampler {
+            Strategies::PerCpu(s) => s.set_enabled(enabled),
+            Strategies::PerThread(s) => s.set_enabled(enabled),
         }
     }
-}
-
-/// Reads one thread's ring buffer up to the head seen when starting on it. Returns how many
-/// bytes it held then and whether it reported lost samples.
-fn drain_ring(
-    event: &mut ThreadEvent,
-    scratch: &mut Vec<u8>,
-    kernel_ips: &mut Vec<u64>,
-    stats: &mut SamplerStats,
-    sink: &mut dyn FnMut(&Sample<'_>),
-) -> (usize, bool) {
-    let mut lost = 0;
-    let layout = event.layout;
-    let drained = event.ring.drain(scratch, |bytes| {
-        match parse_record(bytes, layout, kernel_ips) {
-            Some(ParsedRecord::Sample(sample)) => {
-                stats.samples += 1;
-                stats.switches += u64::from(sample.kind == SampleKind::SwitchOut);
-                sink(&sample);
-            }
-            Some(ParsedRecord::SwitchIn { pid, tid, time }) => sink(&Sample {
-                kind: SampleKind::SwitchIn,
-                pid,
-                tid,
-                time,
-                regs: Regs::default(),
-                stack: &[],
-                kernel_ips: &[],
-                in_kernel: false,
-            }),
-            Some(ParsedRecord::Lost(n)) => lost += n,
-            Some(ParsedRecord::Throttle) => stats.throttled += 1,
-            Some(ParsedRecord::Unthrottle) => stats.unthrottled += 1,
-            Some(ParsedRecord::Other) => {}
-            None => stats.malformed += 1,
-        }
-    });
-    event.lost_records += lost;
-    if event.lost_records > event.lost_counted {
-        stats.lost += event.lost_records - event.lost_counted;
-        event.lost_counted = event.lost_records;
-    }
-    stats.bytes += drained.bytes;
-    stats.malformed += u64::from(drained.resynced);
-    let size = event.ring.data_size();
-    let fill = usize::try_from(drained.fill)
-        .unwrap_or(usize::MAX)
-        .min(size);
-    let percent = u8::try_from(fill * 100 / size).unwrap_or(100);
-    stats.peak_fill_percent = stats.peak_fill_percent.max(percent);
-    (fill, lost > 0)
 }
 
 /// Thread ids in `/proc/<pid>/task`, sorted. Read by hand, not by `procfs`: its task iterator
 /// opens every thread's directory, 6 to 15 times the cost of this, every rescan.
-fn list_threads(pid: u32) -> std::io::Result<Vec<u32>> {
-    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
+fn list_threads(pid: u32) -> Result<Vec<u32>> {
+    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::NoProcess,
+                format!("cannot list the threads of process {pid}: {e} (has it exited?)"),
+            )
+        })?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
     tids.sort_unstable();

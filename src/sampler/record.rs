@@ -114,6 +114,12 @@ pub(super) enum Record<'a> {
         tid: u32,
         time: u64,
     },
+    /// A thread took a name: `name` without its NUL padding.
+    Comm {
+        pid: u32,
+        tid: u32,
+        name: &'a [u8],
+    },
     Lost(u64),
     Throttle,
     Unthrottle,
@@ -144,6 +150,18 @@ pub(super) fn parse(record: &[u8], layout: RecordLayout) -> Option<Record<'_>> {
             let tid = cur.u32()?;
             let time = cur.u64()?;
             Some(Record::SwitchIn { pid, tid, time })
+        }
+        sys::PERF_RECORD_COMM => {
+            let pid = cur.u32()?;
+            let tid = cur.u32()?;
+            // The name is NUL-terminated and padded to 8 bytes; the sample_id trailer follows.
+            let rest = cur.bytes(cur.0.len())?;
+            let len = rest.iter().position(|&b| b == 0)?;
+            Some(Record::Comm {
+                pid,
+                tid,
+                name: &rest[..len],
+            })
         }
         sys::PERF_RECORD_LOST => {
             let _id = cur.u64()?;

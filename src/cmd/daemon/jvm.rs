@@ -18,6 +18,7 @@ pub struct Shared {
     pub format: Format,
     pub stack_size: u32,
     pub max_stacks: usize,
+    pub sampling: crate::sampler::Sampling,
     pub host: String,
     /// The rate the CPU budget allows now.
     pub rate_hz: AtomicU64,
@@ -75,6 +76,7 @@ pub fn run(jvm: FoundJvm, shared: Arc<Shared>) {
         // A JVM that cannot be attached is logged and left alone.
         agent: Agent::Required,
         wall: None,
+        sampling: shared.sampling,
     });
     let mut engine = match started {
         Ok(e) => e,

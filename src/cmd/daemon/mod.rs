@@ -83,6 +83,9 @@ pub struct DaemonOptions {
     /// known prefix.
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_stacks: u32,
+    /// Per CPU, per thread, or per CPU where allowed (as `record --sampling`).
+    #[arg(long, value_enum, env = "JVMPERF_SAMPLING", default_value = "auto")]
+    pub sampling: crate::sampler::Sampling,
 }
 
 /// How often new JVMs are looked for.
@@ -129,6 +132,7 @@ pub fn run(opts: &DaemonOptions) -> Result<()> {
         },
         stack_size: opts.stack_size,
         max_stacks: opts.max_stacks as usize,
+        sampling: opts.sampling,
         host: nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "unknown".into()),

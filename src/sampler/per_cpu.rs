@@ -1,0 +1,257 @@
+//! Per-CPU sampling, the default where the host allows it (root, CAP_PERFMON, or
+//! `perf_event_paranoid` ≤ 0: what `perf record -a` needs): one CPU-clock event per online CPU
+//! (`pid = -1`) samples whatever runs there every period of that CPU's time. Such an event lives
+//! in the CPU's context and is not switched with tasks (kernel/events/core.c: only task contexts
+//! are scheduled in and out), so context switches cost nothing, nothing is opened per thread, and
+//! a thread is sampled from its first instruction. Samples of other processes are dropped as they
+//! are drained, before any walk. Thread names come with COMM records (`attr.comm`), so a thread
+//! that ended before the recording did is still named.
+
+use super::attr;
+use super::budget::{self, RingPlan};
+use super::event::{switch_in, MappedEvent};
+use super::record::RecordLayout;
+use super::ring::RingBuffer;
+use super::{ParsedRecord, Sample, SamplerConfig, SamplerStats};
+use crate::error::{Error, ErrorKind, Result};
+use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
+use perf_event_open_sys::bindings::perf_event_attr;
+use std::collections::{HashMap, HashSet};
+
+pub(super) struct CpuSampler {
+    pid: u32,
+    config: SamplerConfig,
+    attr: perf_event_attr,
+    cpus: Vec<MappedEvent>,
+    pub plan: RingPlan,
+    /// Data pages of each CPU's ring, and what was wanted.
+    pages: usize,
+    epoll: Epoll,
+    stats: SamplerStats,
+    /// Threads of the target sampled so far.
+    sampled: HashSet<u32>,
+    /// Names the target's threads took while sampled (COMM records).
+    names: HashMap<u32, String>,
+    /// Samples of other processes, dropped.
+    pub foreign: u64,
+    scratch: Vec<u8>,
+    kernel_ips: Vec<u64>,
+}
+
+impl CpuSampler {
+    /// Opens an event, enabled, on every online CPU. Fails with [`ErrorKind::Permission`] where
+    /// per-CPU events are not allowed.
+    pub fn open(pid: u32, config: &SamplerConfig, epoll: Epoll) -> Result<CpuSampler> {
+        let cpus = online_cpus()?;
+        let mut plan = config.ring_plan(cpus.len(), super::Host::current().budget());
+        let wanted = plan.busy_pages;
+        let mut pages = plan.pages_per_cpu(cpus.len(), budget::available(&plan.budget));
+        let mut attr = attr::event_attr(config);
+        attr.sample_period = config.period_ns();
+        attr.set_comm(1);
+        let mut events = Vec::with_capacity(cpus.len());
+        for (i, &cpu) in cpus.iter().enumerate() {
+            let (fd, ring) = loop {
+                let opened = attr::open(&mut attr, pages * plan.page_size / 4, -1, cpu as i32);
+                let fd = match opened {
+                    Ok(Some(fd)) => fd,
+                    Ok(None) => return Err(offline(cpu)),
+                    Err(e) => return Err(attr::cpu_open_error(&e, cpu, config)),
+                };
+                match RingBuffer::map(&fd, pages) {
+                    Ok(ring) => break (fd, ring),
+                    Err(e)
+                        if pages > plan.min_pages
+                            && matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOMEM)) =>
+                    {
+                        pages /= 2;
+                    }
+                    Err(e) => {
+                        let bytes = pages * plan.page_size;
+                        return Err(attr::mmap_error(&e, &format!("CPU {cpu}"), bytes));
+                    }
+                }
+            };
+            plan.mapped(pages, wanted, true);
+            epoll
+                .add(&fd, EpollEvent::new(EpollFlags::EPOLLIN, i as u64))
+                .map_err(|e| Error::new(ErrorKind::Internal, format!("epoll_ctl: {e}")))?;
+            let layout = RecordLayout {
+                kernel_callchain: config.kernel_callchain,
+                switch_event: None,
+            };
+            events.push(MappedEvent::new(fd, ring, pages, layout));
+        }
+        Ok(CpuSampler {
+            pid,
+            config: config.clone(),
+            attr,
+            cpus: events,
+            plan,
+            pages,
+            epoll,
+            stats: SamplerStats::default(),
+            sampled: HashSet::new(),
+            names: HashMap::new(),
+            foreign: 0,
+            scratch: Vec::new(),
+            kernel_ips: Vec::new(),
+        })
+    }
+
+    pub fn samples_kernel_time(&self) -> bool {
+        self.attr.exclude_kernel() == 0
+    }
+
+    pub fn epoll(&self) -> &Epoll {
+        &self.epoll
+    }
+
+    /// Names the target's threads took while sampled.
+    pub fn thread_names(&self) -> &HashMap<u32, String> {
+        &self.names
+    }
+
+    /// Drains every CPU's ring, calling `sink` for each sample of the target.
+    pub fn drain_all(&mut self, sink: &mut dyn FnMut(&Sample<'_>)) {
+        let CpuSampler {
+            pid,
+            cpus,
+            stats,
+            sampled,
+            names,
+            foreign,
+            scratch,
+            kernel_ips,
+            ..
+        } = self;
+        let pid = *pid;
+        for event in cpus.iter_mut() {
+            event.drain(scratch, kernel_ips, stats, &mut |record| match record {
+                ParsedRecord::Sample(s) if s.pid == pid => {
+                    sampled.insert(s.tid);
+                    sink(s);
+                    true
+                }
+                ParsedRecord::Sample(_) => {
+                    *foreign += 1;
+                    false
+                }
+                ParsedRecord::Comm { pid: p, tid, name } if *p == pid => {
+                    names.insert(*tid, String::from_utf8_lossy(name).into_owned());
+                    false
+                }
+                ParsedRecord::SwitchIn { pid: p, tid, time } if *p == pid => {
+                    sink(&switch_in(*p, *tid, *time));
+                    false
+                }
+                _ => false,
+            });
+        }
+    }
+
+    pub fn stats(&self) -> SamplerStats {
+        SamplerStats {
+            threads_open: self.sampled.len(),
+            ..self.stats
+        }
+    }
+
+    /// The period of every CPU's event from now on.
+    pub fn set_period(&mut self, config: SamplerConfig) {
+        let period = config.period_ns();
+        self.config = config;
+        for event in &self.cpus {
+            let _ = attr::set_period(&event.fd, period);
+        }
+    }
+
+    pub fn set_enabled(&mut self, enabled: bool) {
+        for event in &self.cpus {
+            let _ = attr::set_enabled(&event.fd, enabled);
+        }
+        if !enabled {
+            let counts_lost = attr::counts_lost(&self.attr);
+            for event in &mut self.cpus {
+                event.count_unreported_lost(counts_lost, &mut self.stats);
+            }
+        }
+    }
+
+    /// One line saying that the rings are smaller than wanted, and why.
+    pub fn ring_note(&self) -> Option<String> {
+        if self.pages >= self.plan.busy_pages {
+            return None;
+        }
+        let why = if self.plan.refused {
+            "the kernel refused larger ones (other perf buffers of this user count too)"
+        } else {
+            "the locked-memory budget is short"
+        };
+        Some(format!(
+            "perf ring buffers of {} KiB per CPU hold {} ms of a busy CPU's samples at {} Hz ({} ms \
+             wanted): {why} ({}); samples are lost when a drain comes later than that (lower -F or \
+             --stack-size)",
+            self.pages * self.plan.page_size / 1024,
+            self.plan.hold_ms(self.pages),
+            self.config.frequency_hz,
+            budget::BUSY_HOLD_MS,
+            self.plan.budget.source,
+        ))
+    }
+}
+
+/// The online CPUs (`/sys/devices/system/cpu/online`: ranges such as `0-3,6`).
+pub(super) fn online_cpus() -> Result<Vec<u32>> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").map_err(|e| {
+        Error::new(
+            ErrorKind::Sampling,
+            format!("cannot read /sys/devices/system/cpu/online: {e} (is /sys mounted?)"),
+        )
+    })?;
+    parse_cpu_list(&text).ok_or_else(|| {
+        Error::new(
+            ErrorKind::Sampling,
+            format!("cannot parse /sys/devices/system/cpu/online: {:?}", text.trim()),
+        )
+    })
+}
+
+fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((lo, hi)) => {
+                let (lo, hi) = (lo.parse::<u32>().ok()?, hi.parse::<u32>().ok()?);
+                if hi < lo || hi - lo >= 65536 {
+                    return None;
+                }
+                cpus.extend(lo..=hi);
+            }
+            None => cpus.push(part.parse().ok()?),
+        }
+    }
+    (!cpus.is_empty()).then_some(cpus)
+}
+
+fn offline(cpu: u32) -> Error {
+    Error::new(
+        ErrorKind::Sampling,
+        format!("CPU {cpu} went offline while its perf event was opened: run again"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_as_sysfs_writes_them() {
+        assert_eq!(parse_cpu_list("0-1\n"), Some(vec![0, 1]));
+        assert_eq!(parse_cpu_list("0,2-4,7"), Some(vec![0, 2, 3, 4, 7]));
+        assert_eq!(parse_cpu_list("5"), Some(vec![5]));
+        assert_eq!(parse_cpu_list(""), None);
+        assert_eq!(parse_cpu_list("0-x"), None);
+        assert_eq!(parse_cpu_list("0-4294967295"), None);
+    }
+}

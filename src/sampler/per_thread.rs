@@ -1,0 +1,533 @@
+//! Per-thread sampling, the fallback where per-CPU events are not allowed (the JVM's own user
+//! without CAP_PERFMON): one CPU-clock event per thread of the target (no inherit), each with its
+//! own ring buffer, all watched by one epoll.
+//!
+//! Such an event counts its own thread's CPU time, and the kernel starts it a full period away
+//! from its first sample (`perf_swevent_init_hrtimer`, kernel/events/core.c): a thread that runs
+//! less than a period would never be sampled. So each thread's first period is drawn at random in
+//! (0, P], and set to P once its first sample came; samples taken at the short first period count
+//! for their share of P only (see [`ThreadEvent::take`]). Each context switch of a sampled thread
+//! stops and restarts the event's hrtimer, which is this strategy's cost.
+
+use super::attr;
+use super::budget::{self, RingPlan};
+use super::event::{switch_in, MappedEvent};
+use super::record::{RecordLayout, Sample, SampleKind};
+use super::ring::RingBuffer;
+use super::{ParsedRecord, SamplerConfig, SamplerStats};
+use crate::error::{Error, ErrorKind, Result};
+use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
+use perf_event_open_sys::bindings::perf_event_attr;
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+
+/// A thread whose event failed to open is tried this many times in all (a thread may be caught
+/// mid-exit, or fds may be short for a moment).
+const OPEN_TRIES: u8 = 2;
+
+struct ThreadEvent {
+    /// Wall-clock mode's context-switch event, writing into `event`'s ring.
+    switch: Option<OwnedFd>,
+    event: MappedEvent,
+    /// Found busy, but the budget had no room for a larger ring.
+    no_room: bool,
+    pacing: Pacing,
+}
+
+/// Which of a thread's on-CPU samples are handed out.
+#[derive(Debug, Clone, Copy)]
+struct Pacing {
+    /// The random first period, and when the event was set to the full period (`None`: not yet).
+    first_period: u64,
+    period_set_at: Option<u64>,
+    /// Nanoseconds of the thread's CPU time its samples stand for and not yet handed out: a sample
+    /// is handed out for each full period (see [`Pacing::take`]).
+    credit: u64,
+}
+
+impl ThreadEvent {
+    /// Every event of the thread writing into its ring.
+    fn fds(&self) -> impl Iterator<Item = &OwnedFd> {
+        std::iter::once(&self.event.fd).chain(self.switch.as_ref())
+    }
+
+    fn set_enabled(&self, enabled: bool) -> std::io::Result<()> {
+        self.fds().try_for_each(|fd| attr::set_enabled(fd, enabled))
+    }
+}
+
+impl Pacing {
+    fn new(first_period: u64, period: u64) -> Pacing {
+        Pacing {
+            first_period,
+            period_set_at: (first_period == period).then_some(0),
+            credit: period - first_period,
+        }
+    }
+
+    /// Whether an on-CPU sample taken at `time` is handed out. Until the event is set to the full
+    /// period `period`, it samples every `first_period` ns: each such sample stands for that much
+    /// CPU time, and one is handed out per full period of it, the first one always.
+    fn take(&mut self, time: u64, period: u64) -> bool {
+        let short = self.period_set_at.is_none_or(|at| time < at);
+        self.credit += if short { self.first_period } else { period };
+        if self.credit >= period {
+            self.credit -= period;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+pub(super) struct ThreadSampler {
+    pid: u32,
+    config: SamplerConfig,
+    attr: perf_event_attr,
+    /// Wall-clock mode's context-switch event.
+    switch_attr: Option<perf_event_attr>,
+    pub plan: RingPlan,
+    enabled: bool,
+    epoll: Epoll,
+    threads: HashMap<u32, ThreadEvent>,
+    /// Threads whose event could not be opened, with the tries so far.
+    failed: HashMap<u32, u8>,
+    last_error: Option<Error>,
+    stats: SamplerStats,
+    /// Seeds the first periods.
+    random: u64,
+    /// Reused buffers: a record that wraps around, decoded kernel ips, exited tids, busy tids.
+    scratch: Vec<u8>,
+    kernel_ips: Vec<u64>,
+    busy: Vec<u32>,
+}
+
+impl ThreadSampler {
+    /// Opens an event, enabled, on every current thread of `pid`.
+    pub fn open(pid: u32, config: &SamplerConfig, epoll: Epoll) -> Result<ThreadSampler> {
+        let tids = super::list_threads(pid)?;
+        raise_fd_limit();
+        let plan = config.ring_plan(tids.len(), super::Host::current().budget());
+        let attr = attr::event_attr(config);
+        let mut sampler = ThreadSampler {
+            pid,
+            config: config.clone(),
+            attr,
+            switch_attr: config.wall.then(|| attr::switch_attr(&attr)),
+            plan,
+            enabled: true,
+            epoll,
+            threads: HashMap::new(),
+            failed: HashMap::new(),
+            last_error: None,
+            stats: SamplerStats::default(),
+            random: crate::profile::monotonic_now_ns() ^ u64::from(pid) << 32,
+            scratch: Vec::new(),
+            kernel_ips: Vec::new(),
+
+            busy: Vec::new(),
+        };
+        for tid in tids {
+            if let Err(e) = sampler.add_thread(tid) {
+                // Nothing can be sampled: say why (permissions, the kernel).
+                if sampler.threads.is_empty() {
+                    return Err(e);
+                }
+            }
+        }
+        if sampler.threads.is_empty() {
+            return Err(Error::new(
+                ErrorKind::NoProcess,
+                format!("process {pid} has no threads left to sample (has it exited?)"),
+            ));
+        }
+        Ok(sampler)
+    }
+
+    pub fn samples_kernel_time(&self) -> bool {
+        self.attr.exclude_kernel() == 0
+    }
+
+    pub fn thread_ring_bytes(&self, tid: u32) -> Option<usize> {
+        self.threads
+            .get(&tid)
+            .map(|t| t.event.pages * self.plan.page_size)
+    }
+
+    pub fn epoll(&self) -> &Epoll {
+        &self.epoll
+    }
+
+    pub fn threads_open(&self) -> usize {
+        self.threads.len()
+    }
+
+    pub fn last_error(&self) -> Option<&Error> {
+        self.last_error.as_ref()
+    }
+
+    /// Starts sampling thread `tid`. `Ok(false)`: already sampled, not a thread of the target
+    /// (any more), or failed as often as it may.
+    pub fn add_thread(&mut self, tid: u32) -> Result<bool> {
+        if self.threads.contains_key(&tid)
+            || self.failed.get(&tid).is_some_and(|&n| n >= OPEN_TRIES)
+        {
+            return Ok(false);
+        }
+        if !std::path::Path::new(&format!("/proc/{}/task/{tid}", self.pid)).exists() {
+            return Ok(false);
+        }
+        let pages = self
+            .plan
+            .pages_for_new(budget::available(&self.plan.budget));
+        let first_period = self.first_period();
+        let opened = self.open_event(tid, pages, self.plan.min_pages, false, first_period);
+        match opened.map_err(OpenError::into_error) {
+            Ok(Some(event)) => {
+                self.failed.remove(&tid);
+                self.threads.insert(tid, event);
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(e) => {
+                *self.failed.entry(tid).or_default() += 1;
+                self.last_error = Some(Error::new(e.kind, e.message.clone()));
+                Err(e)
+            }
+        }
+    }
+
+    /// A period drawn uniformly in (0, P] (splitmix64), so that a thread's first sample comes
+    /// after as much of its CPU time as a thread sampled all along would wait on average.
+    fn first_period(&mut self) -> u64 {
+        self.random = self.random.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.random;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        1 + z % self.config.period_ns()
+    }
+
+    /// Opens thread `tid`'s event sampling first after `first_period` ns, enabled unless sampling
+    /// is disabled or the thread gets a larger ring (`busy`: its old event is disabled first),
+    /// with a ring of `wanted` data pages, or of fewer, down to `min_pages`, when the kernel
+    /// refuses them (other perf buffers of the user share its limit); later rings are then
+    /// planned no larger. `Ok(None)`: the thread is gone.
+    fn open_event(
+        &mut self,
+        tid: u32,
+        wanted: usize,
+        min_pages: usize,
+        busy: bool,
+        first_period: u64,
+    ) -> std::result::Result<Option<ThreadEvent>, OpenError> {
+        let mut pages = wanted;
+        let enabled = self.enabled && !busy;
+        self.attr.set_disabled(u64::from(!enabled));
+        self.attr.sample_period = first_period;
+        let (fd, ring) = loop {
+            // Epoll reports the buffer readable once a quarter full.
+            let wakeup = pages * self.plan.page_size / 4;
+            let opened = attr::open(&mut self.attr, wakeup, tid as i32, -1);
+            let opened = opened.map_err(|e| OpenError::Other(attr::open_error(&e, tid, &self.config)));
+            let Some(fd) = opened? else {
+                return Ok(None);
+            };
+            match RingBuffer::map(&fd, pages) {
+                Ok(ring) => break (fd, ring),
+                Err(e)
+                    if pages > min_pages
+                        && matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOMEM)) =>
+                {
+                    pages /= 2;
+                }
+                Err(e) => {
+                    let bytes = pages * self.plan.page_size;
+                    return Err(OpenError::Refused(attr::mmap_error(&e, &format!("thread {tid}"), bytes)));
+                }
+            }
+        };
+        let switch = match self.open_switch_event(tid, &fd, enabled).map_err(OpenError::Other)? {
+            Some(switch) => Some(switch),
+            // The thread exited between the two opens: its CPU-clock event alone would write
+            // records laid out unlike the ring's layout says.
+            None if self.switch_attr.is_some() => return Ok(None),
+            None => None,
+        };
+        let layout = RecordLayout {
+            kernel_callchain: self.config.kernel_callchain,
+            switch_event: switch.as_ref().map(|(_, id)| *id),
+        };
+        self.plan.mapped(pages, wanted, busy);
+        self.epoll
+            .add(&fd, EpollEvent::new(EpollFlags::EPOLLIN, u64::from(tid)))
+            .map_err(|e| {
+                OpenError::Other(Error::new(ErrorKind::Internal, format!("epoll_ctl: {e}")))
+            })?;
+        let period = self.config.period_ns();
+        Ok(Some(ThreadEvent {
+            switch: switch.map(|(fd, _)| fd),
+            event: MappedEvent::new(fd, ring, pages, layout),
+            no_room: false,
+            pacing: Pacing::new(first_period, period),
+        }))
+    }
+
+    /// Wall-clock mode: opens thread `tid`'s context-switch event writing into the ring of
+    /// `cpu_clock`; returns it with its id. `Ok(None)` outside wall mode or if the thread is gone.
+    fn open_switch_event(
+        &mut self,
+        tid: u32,
+        cpu_clock: &OwnedFd,
+        enabled: bool,
+    ) -> Result<Option<(OwnedFd, u64)>> {
+        let Some(switch_attr) = self.switch_attr.as_mut() else {
+            return Ok(None);
+        };
+        switch_attr.set_disabled(u64::from(!enabled));
+        // The ring's fill level wakes epoll through the CPU-clock event.
+        let opened = attr::open(switch_attr, 0, tid as i32, -1);
+        let Some(fd) = opened.map_err(|e| attr::open_error(&e, tid, &self.config))? else {
+            return Ok(None);
+        };
+        let id = attr::set_output(&fd, cpu_clock).and_then(|()| attr::event_id(&fd));
+        let id = id.map_err(|e| {
+            Error::new(
+                ErrorKind::Sampling,
+                format!("cannot route thread {tid}'s context-switch samples to its ring: {e}"),
+            )
+        })?;
+        Ok(Some((fd, id)))
+    }
+
+    /// Moves busy thread `tid` to a larger ring, if the budget has room: its samples go to the
+    /// new ring from the moment the old one is disabled, and what the old one holds is drained
+    /// to `sink` before it is closed, so the thread's samples stay in order.
+    fn grow(&mut self, tid: u32, sink: &mut dyn FnMut(&Sample<'_>)) {
+        let Some(current) = self.threads.get(&tid).map(|t| t.event.pages) else {
+            return;
+        };
+        let available = budget::available(&self.plan.budget);
+        let pages = self
+            .plan
+            .pages_for_busy(current, available, self.threads.len());
+        if pages <= current {
+            if let Some(t) = self.threads.get_mut(&tid) {
+                t.no_room = true;
+            }
+            return;
+        }
+        // The new event samples at the full period from its start.
+        let period = self.config.period_ns();
+        let mut new = match self.open_event(tid, pages, current * 2, true, period) {
+            Ok(Some(new)) => new,
+            Ok(None) => return,
+            Err(OpenError::Refused(_)) => {
+                // The kernel refused even twice the ring: busy rings stay this size.
+                self.plan.mapped(current, pages, true);
+                if let Some(t) = self.threads.get_mut(&tid) {
+                    t.no_room = true;
+                }
+                return;
+            }
+            // Out of descriptors or the like: tried again when the thread is found busy again.
+            Err(OpenError::Other(_)) => return,
+        };
+        let Some(mut old) = self.threads.remove(&tid) else {
+            return;
+        };
+        new.pacing.credit = old.pacing.credit;
+        // Disabling returns once the event can no longer write (an IPI to the thread's CPU).
+        let _ = old.set_enabled(false);
+        if self.enabled {
+            let _ = new.set_enabled(true);
+        }
+        self.threads.insert(tid, new);
+        self.drain_thread(&mut old, sink);
+        old.event
+            .count_unreported_lost(attr::counts_lost(&self.attr), &mut self.stats);
+        let _ = self.epoll.delete(&old.event.fd);
+        self.stats.rings_grown += 1;
+    }
+
+    /// Opens events for threads that appeared since the last scan; returns how many were added.
+    pub fn rescan_threads(&mut self) -> usize {
+        let Ok(tids) = super::list_threads(self.pid) else {
+            return 0;
+        };
+        // Forget failures of threads that are gone, so a reused tid gets a fresh try.
+        self.failed.retain(|tid, _| tids.binary_search(tid).is_ok());
+        // Memory freed since (threads exited) lets busy threads grow again.
+        if budget::available(&self.plan.budget) > self.plan.busy_pages * 2 {
+            self.threads.values_mut().for_each(|t| t.no_room = false);
+        }
+        tids.into_iter()
+            .filter(|&tid| matches!(self.add_thread(tid), Ok(true)))
+            .count()
+    }
+
+    /// Drains every ring buffer, calling `sink` for each sample; events of the threads in
+    /// `hung_up` (exited) are closed.
+    pub fn drain_all(&mut self, hung_up: &[u32], sink: &mut dyn FnMut(&Sample<'_>)) {
+        let counts_lost = attr::counts_lost(&self.attr);
+        let mut busy = std::mem::take(&mut self.busy);
+        busy.clear();
+        let tids: Vec<u32> = self.threads.keys().copied().collect();
+        for tid in tids {
+            let Some(mut thread) = self.threads.remove(&tid) else {
+                continue;
+            };
+            let drained = self.drain_thread(&mut thread, sink);
+            if !self.enabled {
+                // Drained while disabled: all the event will ever report is known.
+                thread
+                    .event
+                    .count_unreported_lost(counts_lost, &mut self.stats);
+            } else if !thread.no_room
+                && (4 * drained.fill >= thread.event.ring.data_size() || drained.lost)
+            {
+                // A quarter full since the last drain, or overflowing: the thread is busy.
+                busy.push(tid);
+            }
+            self.threads.insert(tid, thread);
+        }
+        for &tid in &busy {
+            if self
+                .threads
+                .get(&tid)
+                .is_some_and(|t| t.event.pages < self.plan.busy_pages)
+            {
+                self.grow(tid, sink);
+            }
+        }
+        self.busy = busy;
+        for tid in hung_up {
+            if let Some(mut thread) = self.threads.remove(tid) {
+                thread
+                    .event
+                    .count_unreported_lost(counts_lost, &mut self.stats);
+                let _ = self.epoll.delete(&thread.event.fd);
+                self.stats.threads_exited += 1;
+            }
+        }
+    }
+
+    /// Drains one thread's ring; once its first sample came, sets its event to the full period.
+    fn drain_thread(
+        &mut self,
+        thread: &mut ThreadEvent,
+        sink: &mut dyn FnMut(&Sample<'_>),
+    ) -> super::event::Drained {
+        let period = self.config.period_ns();
+        let mut sampled = false;
+        let pacing = &mut thread.pacing;
+        let drained = thread.event.drain(
+            &mut self.scratch,
+            &mut self.kernel_ips,
+            &mut self.stats,
+            &mut |record| match record {
+                ParsedRecord::Sample(s) => {
+                    let take = s.kind != SampleKind::OnCpu || {
+                        sampled = true;
+                        pacing.take(s.time, period)
+                    };
+                    if take {
+                        sink(s);
+                    }
+                    take
+                }
+                ParsedRecord::SwitchIn { pid, tid, time } => {
+                    sink(&switch_in(*pid, *tid, *time));
+                    false
+                }
+                _ => false,
+            },
+        );
+        if sampled && thread.pacing.period_set_at.is_none() {
+            // Fails only for an event whose thread is gone, which the next poll cleans up.
+            if attr::set_period(&thread.event.fd, period).is_ok() {
+                thread.pacing.period_set_at = Some(crate::profile::monotonic_now_ns());
+            }
+        }
+        drained
+    }
+
+    pub fn stats(&self) -> SamplerStats {
+        SamplerStats {
+            threads_open: self.threads.len(),
+            threads_failed: self.failed.len(),
+            ..self.stats
+        }
+    }
+
+    /// The period of every thread's event from now on (and of threads added later).
+    pub fn set_period(&mut self, config: SamplerConfig) {
+        let period = config.period_ns();
+        self.config = config;
+        for thread in self.threads.values_mut() {
+            // Fails only for an event whose thread is gone, which the next poll cleans up.
+            if attr::set_period(&thread.event.fd, period).is_ok() {
+                thread.pacing.period_set_at = Some(crate::profile::monotonic_now_ns());
+                thread.pacing.credit = thread.pacing.credit.min(period);
+            }
+        }
+    }
+
+    pub fn set_enabled(&mut self, enabled: bool) {
+        self.enabled = enabled;
+        for thread in self.threads.values() {
+            // Fails only for an event whose thread is gone, which the next poll cleans up.
+            let _ = thread.set_enabled(enabled);
+        }
+    }
+}
+
+/// Why a thread's event could not be opened.
+enum OpenError {
+    /// The kernel would not lock even the smallest ring asked for.
+    Refused(Error),
+    Other(Error),
+}
+
+impl OpenError {
+    fn into_error(self) -> Error {
+        match self {
+            OpenError::Refused(e) | OpenError::Other(e) => e,
+        }
+    }
+}
+
+/// One event per thread needs one descriptor per thread (two in wall mode): the soft limit is
+/// raised to the hard one, as far as the kernel allows.
+fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_at_the_short_first_period_count_for_their_share() {
+        let period = 10_000_000;
+        let mut pacing = Pacing::new(2_500_000, period);
+        // The first sample always; then one in four at the short period; then every one.
+        let taken: Vec<bool> = (0..9).map(|t| pacing.take(t, period)).collect();
+        assert_eq!(
+            taken,
+            [true, false, false, false, true, false, false, false, true]
+        );
+        pacing.period_set_at = Some(100);
+        assert!((100..105).all(|t| pacing.take(t, period)));
+        // A sample taken before the period was set, drained after, is still a short one.
+        assert!(!pacing.take(99, period));
+        // A thread that drew the full period hands out every sample.
+        let mut full = Pacing::new(period, period);
+        assert!((0..5).all(|t| full.take(t, period)));
+    }
+}
