@@ -70,7 +70,6 @@ pub(super) fn switch_attr(cpu_clock: &sys::perf_event_attr) -> sys::perf_event_a
     attr.config = u64::from(sys::PERF_COUNT_SW_CONTEXT_SWITCHES);
     attr.set_freq(0);
     attr.sample_period = 1;
-    attr.read_format = 0;
     attr.set_context_switch(1);
     // The switch happens in the kernel: an event excluding kernel time would never fire.
     attr.set_exclude_kernel(0);
@@ -390,6 +389,19 @@ mod tests {
         let mmap = mmap_error(&io::Error::from_raw_os_error(libc::EPERM), "thread 42", 1 << 20);
         assert!(mmap.message.contains("RLIMIT_MEMLOCK") && mmap.message.contains("1024 KiB"));
         assert!(!error_for(libc::EINVAL).message.contains('\n'));
+    }
+
+    #[test]
+    fn an_open_failing_for_another_reason_leaves_the_attributes_as_they_were() {
+        let mut attr = event_attr(&SamplerConfig::default());
+        attr.set_disabled(1);
+        // The kernel rejects a stack size that is not a multiple of 8 with EINVAL, with or
+        // without the lost-sample count.
+        attr.sample_stack_user = 1001;
+        let wanted = attr.read_format;
+        assert!(open(&mut attr, 0, 0, -1).is_err());
+        assert_eq!(attr.read_format, wanted);
+        assert_eq!(attr.exclude_kernel(), 0);
     }
 
     #[test]

@@ -43,13 +43,24 @@ impl MappedEvent {
         }
     }
 
-    /// Counts in `stats` the samples the event dropped that no LOST record reported yet (none
-    /// will while it is disabled or after its thread exited).
-    pub fn count_unreported_lost(&mut self, counts_lost: bool, stats: &mut SamplerStats) {
+    /// Counts in `stats` the samples dropped that no LOST record reported yet (none will while
+    /// the event is disabled or after its thread exited). LOST records count the drops of every
+    /// event writing into the ring, so the kernel's counts of `others` writing there too are
+    /// added to the event's own.
+    pub fn count_unreported_lost(
+        &mut self,
+        counts_lost: bool,
+        others: Option<&OwnedFd>,
+        stats: &mut SamplerStats,
+    ) {
         if !counts_lost {
             return;
         }
-        if let Ok(total) = attr::read_lost(&self.fd) {
+        let total = std::iter::once(&self.fd)
+            .chain(others)
+            .map(attr::read_lost)
+            .try_fold(0u64, |sum, lost| lost.map(|n| sum + n));
+        if let Ok(total) = total {
             if total > self.lost_counted {
                 stats.lost += total - self.lost_counted;
                 self.lost_counted = total;

@@ -173,7 +173,7 @@ impl CpuSampler {
         if !enabled {
             let counts_lost = attr::counts_lost(&self.attr);
             for event in &mut self.cpus {
-                event.count_unreported_lost(counts_lost, &mut self.stats);
+                event.count_unreported_lost(counts_lost, None, &mut self.stats);
             }
         }
     }

@@ -25,6 +25,9 @@ use std::os::fd::OwnedFd;
 /// mid-exit, or fds may be short for a moment).
 const OPEN_TRIES: u8 = 2;
 
+/// A thread's first period is at least the full period divided by this.
+const FIRST_PERIOD_MAX_SPEEDUP: u64 = 32;
+
 struct ThreadEvent {
     /// Wall-clock mode's context-switch event, writing into `event`'s ring.
     switch: Option<OwnedFd>,
@@ -53,6 +56,12 @@ impl ThreadEvent {
 
     fn set_enabled(&self, enabled: bool) -> std::io::Result<()> {
         self.fds().try_for_each(|fd| attr::set_enabled(fd, enabled))
+    }
+
+    /// See [`MappedEvent::count_unreported_lost`]: the switch event's drops count too.
+    fn count_unreported_lost(&mut self, counts_lost: bool, stats: &mut SamplerStats) {
+        self.event
+            .count_unreported_lost(counts_lost, self.switch.as_ref(), stats);
     }
 }
 
@@ -197,15 +206,21 @@ impl ThreadSampler {
         }
     }
 
-    /// A period drawn uniformly in (0, P] (splitmix64), so that a thread's first sample comes
-    /// after as much of its CPU time as a thread sampled all along would wait on average.
+    /// A first period drawn uniformly in [P/32, P] (splitmix64). From (0, P] every thread would be
+    /// sampled exactly in proportion to its CPU time; but until the drain sets the full period, a
+    /// thread that drew a short one samples at P/first times the rate (see [`Pacing`]), so the
+    /// draw stops at 32 times. Threads that run less than P/32 in their whole life (0.3 ms at 99
+    /// Hz) are left unsampled, and a thread with c < P of CPU time is sampled with probability
+    /// (c − P/32)/(P − P/32) instead of c/P.
     fn first_period(&mut self) -> u64 {
         self.random = self.random.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.random;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^= z >> 31;
-        1 + z % self.config.period_ns()
+        let period = self.config.period_ns();
+        let shortest = (period / FIRST_PERIOD_MAX_SPEEDUP).max(1);
+        shortest + z % (period - shortest + 1)
     }
 
     /// Opens thread `tid`'s event sampling first after `first_period` ns, enabled unless sampling
@@ -344,8 +359,7 @@ impl ThreadSampler {
         }
         self.threads.insert(tid, new);
         self.drain_thread(&mut old, sink);
-        old.event
-            .count_unreported_lost(attr::counts_lost(&self.attr), &mut self.stats);
+        old.count_unreported_lost(attr::counts_lost(&self.attr), &mut self.stats);
         let _ = self.epoll.delete(&old.event.fd);
         self.stats.rings_grown += 1;
     }
@@ -380,9 +394,7 @@ impl ThreadSampler {
             let drained = self.drain_thread(&mut thread, sink);
             if !self.enabled {
                 // Drained while disabled: all the event will ever report is known.
-                thread
-                    .event
-                    .count_unreported_lost(counts_lost, &mut self.stats);
+                thread.count_unreported_lost(counts_lost, &mut self.stats);
             } else if !thread.no_room
                 && (4 * drained.fill >= thread.event.ring.data_size() || drained.lost)
             {
@@ -403,9 +415,7 @@ impl ThreadSampler {
         self.busy = busy;
         for tid in hung_up {
             if let Some(mut thread) = self.threads.remove(tid) {
-                thread
-                    .event
-                    .count_unreported_lost(counts_lost, &mut self.stats);
+                thread.count_unreported_lost(counts_lost, &mut self.stats);
                 let _ = self.epoll.delete(&thread.event.fd);
                 self.stats.threads_exited += 1;
             }

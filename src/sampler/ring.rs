@@ -59,7 +59,9 @@ impl RingBuffer {
         };
         let (data_offset, data_size) = match (usize::try_from(offset), usize::try_from(size)) {
             (Ok(o), Ok(s))
-                if s.is_power_of_two() && o >= page && o.checked_add(s) <= Some(map.len()) =>
+                if s.is_power_of_two()
+                    && o >= page
+                    && o.checked_add(s).is_some_and(|end| end <= map.len()) =>
             {
                 (o, s)
             }
@@ -222,6 +224,19 @@ mod tests {
         let r = record(7, 24);
         produce(&ring, start, &r);
         assert_eq!(drain_all(&ring).1, [r]);
+    }
+
+    #[test]
+    fn a_header_whose_data_area_overflows_is_not_trusted() {
+        let map = MmapOptions::new().len(2 * PAGE).map_anon().unwrap();
+        let header = map.as_ptr() as *mut perf_event_mmap_page;
+        // SAFETY: the anonymous mapping is two pages, larger than the header struct.
+        unsafe {
+            (*header).data_offset = u64::MAX - 100;
+            (*header).data_size = 4096;
+        }
+        let ring = RingBuffer::from_map(MmapRaw::from(map), PAGE);
+        assert_eq!((ring.data_offset, ring.data_size), (PAGE, PAGE));
     }
 
     #[test]

@@ -122,12 +122,19 @@ fn collect_until(sampler: &mut Sampler, enough: impl Fn(&[Seen]) -> bool) -> Vec
     seen
 }
 
+/// Per-thread sampling: most tests here are of its thread bookkeeping and rings.
 fn config(frequency_hz: u64, stack_size: u32) -> SamplerConfig {
     SamplerConfig {
         frequency_hz,
         stack_size,
+        sampling: Sampling::PerThread,
         ..SamplerConfig::default()
     }
+}
+
+/// Whether `sampler` has an open event on thread `tid`.
+fn samples_thread(sampler: &Sampler, tid: u32) -> bool {
+    sampler.thread_ring_bytes(tid).is_some()
 }
 
 fn mapping_of(pid: u32, addr: u64) -> Option<String> {
@@ -199,9 +206,9 @@ fn rescan_picks_up_a_new_thread_and_its_exit_is_cleaned_up() {
     let mut sampler = Sampler::open(pid, &config(499, 1024)).unwrap();
     let spinner = SpinThread::start();
     let tid = spinner.tid;
-    assert!(!sampler.thread_ids().any(|t| t == tid));
+    assert!(!samples_thread(&sampler, tid));
     assert!(sampler.rescan_threads() >= 1);
-    assert!(sampler.thread_ids().any(|t| t == tid));
+    assert!(samples_thread(&sampler, tid));
     assert!(
         !sampler.add_thread(tid).unwrap(),
         "add_thread is idempotent"
@@ -218,13 +225,13 @@ fn rescan_picks_up_a_new_thread_and_its_exit_is_cleaned_up() {
 
     spinner.stop();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while sampler.thread_ids().any(|t| t == tid) && Instant::now() < deadline {
+    while samples_thread(&sampler, tid) && Instant::now() < deadline {
         sampler
             .poll(Duration::from_millis(100), &mut |_| {})
             .unwrap();
     }
     assert!(
-        !sampler.thread_ids().any(|t| t == tid),
+        !samples_thread(&sampler, tid),
         "exited thread still open"
     );
     assert!(sampler.stats().threads_exited >= 1);
@@ -237,10 +244,13 @@ fn a_tiny_ring_buffer_at_a_high_rate_loses_samples_without_crashing() {
         frequency_hz: 10_000,
         stack_size: 2048,
         ring_pages: Some(2),
-        ..SamplerConfig::default()
+        ..config(10_000, 2048)
     };
     let mut sampler = Sampler::open(child.pid(), &cfg).unwrap();
-    assert_eq!(sampler.ring_buffer_bytes(), 2 * ring::page_size());
+    assert_eq!(
+        sampler.thread_ring_bytes(child.pid()),
+        Some(2 * ring::page_size())
+    );
     // At 10 kHz, 50 ms of the spinner's CPU time is hundreds of samples: far more than two pages
     // hold. Waiting for CPU time, not wall time, keeps this true on a loaded machine.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -609,7 +619,7 @@ fn a_busy_thread_gets_a_large_ring_and_loses_nothing() {
     let mut sampler = Sampler::open(child.child.id(), &config(999, 32768)).unwrap();
     let tid = child.tid;
     let base = sampler.thread_ring_bytes(tid).unwrap();
-    assert_eq!(base, sampler.ring_buffer_bytes());
+    assert_eq!(base, sampler.ring_plan().base_pages * ring::page_size());
     let mut times = Vec::new();
     let mut drain = |sampler: &mut Sampler| {
         sampler
@@ -620,6 +630,10 @@ fn a_busy_thread_gets_a_large_ring_and_loses_nothing() {
             })
             .unwrap();
     };
+    // A first sample, which sets the thread's event to the full period (until then it samples at
+    // up to 32 times the rate: at most 32 samples in this 1 ms, which the first ring holds).
+    child.spin(1);
+    drain(&mut sampler);
     // 40 ms of samples fill the first ring by more than a quarter: the thread is busy.
     child.spin(40);
     drain(&mut sampler);
@@ -649,7 +663,7 @@ fn a_busy_thread_gets_a_large_ring_and_loses_nothing() {
     let stats = sampler.stats();
     assert_eq!(stats.lost, 0, "{stats:?}");
     // cpu-clock samples once per 1/999 s of the thread's CPU time: ~245 samples in all.
-    let expected = (40 + spin + 5) as usize;
+    let expected = (1 + 40 + spin + 5) as usize;
     assert!(
         times.len() * 10 >= expected * 9,
         "{} samples of {expected}: {stats:?}",
@@ -706,7 +720,7 @@ fn measure_drain_cost() {
             stats.bytes as f64 / secs / 1e6,
             stats.lost,
             stats.throttled,
-            sampler.ring_buffer_bytes() / 1024,
+            sampler.ring_plan().base_pages * ring::page_size() / 1024,
         );
     }
 }
@@ -720,6 +734,21 @@ fn drops_no_lost_record_reported_are_counted_once_sampling_stops() {
         ..config(999, 2048)
     };
     let mut sampler = Sampler::open(child.child.id(), &cfg).unwrap();
+    let mut probe = attr::event_attr(&cfg);
+    probe.set_disabled(1);
+    attr::open(&mut probe, 0, 0, -1).unwrap();
+    if !attr::counts_lost(&probe) {
+        eprintln!("skipped: this kernel (< 6.0) has no PERF_FORMAT_LOST");
+        return;
+    }
+    // A first sample sets the event to the full period; what its short first period dropped is
+    // counted while disabled.
+    child.spin(1);
+    sampler.poll(Duration::ZERO, &mut |_| {}).unwrap();
+    sampler.disable();
+    sampler.poll(Duration::ZERO, &mut |_| {}).unwrap();
+    let before = sampler.stats();
+    sampler.enable();
     child.spin(50);
     // The kernel writes a LOST record with the next sample that fits, and none comes: the
     // child idles from now on.
@@ -727,13 +756,9 @@ fn drops_no_lost_record_reported_are_counted_once_sampling_stops() {
     sampler.disable();
     sampler.poll(Duration::ZERO, &mut |_| {}).unwrap();
     let stats = sampler.stats();
-    if !attr::counts_lost(&sampler.attr) {
-        eprintln!("skipped: this kernel (< 6.0) has no PERF_FORMAT_LOST");
-        return;
-    }
-    assert!(stats.lost > 0, "{stats:?}");
+    assert!(stats.lost > before.lost, "{stats:?}");
     // Every sample of the child's 50 ms of CPU time was either taken or counted lost, once.
-    let made = stats.samples + stats.lost;
+    let made = stats.samples + stats.lost - before.samples - before.lost;
     assert!((45..=55).contains(&made), "{stats:?}");
     sampler.poll(Duration::ZERO, &mut |_| {}).unwrap();
     assert_eq!(sampler.stats().lost, stats.lost);
@@ -799,4 +824,102 @@ fn wall_mode_reports_each_switch_out_with_its_stack_then_the_switch_in() {
         events.windows(2).all(|w| w[0].1 <= w[1].1),
         "a thread's records come in time order"
     );
+}
+
+fn per_cpu(frequency_hz: u64, stack_size: u32) -> SamplerConfig {
+    SamplerConfig {
+        sampling: Sampling::PerCpu,
+        ..config(frequency_hz, stack_size)
+    }
+}
+
+/// Threads of this process, each burning `ms` of its own CPU time and ending, one after another;
+/// returns their tids.
+fn short_lived_threads(count: usize, ms: u64, name: &'static str) -> Vec<u32> {
+    (0..count)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let name = std::ffi::CString::new(name).unwrap();
+                // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+                unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+                let start = thread_cpu_ns();
+                let mut x = 0u64;
+                while thread_cpu_ns() - start < ms * 1_000_000 {
+                    for _ in 0..1000 {
+                        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                    }
+                }
+                // SAFETY: gettid has no preconditions.
+                unsafe { libc::gettid() as u32 }
+            })
+            .join()
+            .unwrap()
+        })
+        .collect()
+}
+
+/// Per CPU: threads that live 30 ms are sampled from their first instruction (none is opened or
+/// found), with the name they took; samples of other processes never reach the sink.
+#[test]
+fn per_cpu_events_sample_short_lived_threads_by_name_and_no_other_process() {
+    let pid = std::process::id();
+    let other = Spinner::start();
+    let mut sampler = Sampler::open(pid, &per_cpu(999, 1024)).unwrap();
+    assert_eq!(sampler.strategy().kind, Sampling::PerCpu);
+    let starter = std::thread::spawn(|| short_lived_threads(10, 30, "short-lived"));
+    let mut seen: Vec<(u32, u32)> = Vec::new();
+    while !starter.is_finished() {
+        sampler
+            .poll(Duration::from_millis(20), &mut |s| seen.push((s.pid, s.tid)))
+            .unwrap();
+    }
+    let tids = starter.join().unwrap();
+    sampler.disable();
+    sampler
+        .poll(Duration::ZERO, &mut |s| seen.push((s.pid, s.tid)))
+        .unwrap();
+    assert!(seen.iter().all(|&(p, _)| p == pid), "another process's sample");
+    let per_thread: Vec<usize> = tids
+        .iter()
+        .map(|tid| seen.iter().filter(|s| s.1 == *tid).count())
+        .collect();
+    // 30 ms of CPU at 999 Hz: ~30 samples each.
+    assert!(
+        per_thread.iter().all(|&n| (15..=45).contains(&n)),
+        "samples per 30 ms thread: {per_thread:?}"
+    );
+    let names = sampler.thread_names().unwrap();
+    assert!(
+        tids.iter()
+            .all(|tid| names.get(tid).map(String::as_str) == Some("short-lived")),
+        "{names:?}"
+    );
+    assert_eq!(sampler.stats().lost, 0, "{:?}", sampler.stats());
+    drop(other);
+}
+
+/// `set_frequency` sets the period in nanoseconds in both strategies: 49 Hz gives ~49 samples
+/// per second of CPU time (a frequency taken for a period samples every 10 µs).
+#[test]
+fn a_new_rate_applies_to_open_events_in_both_strategies() {
+    for sampling in [Sampling::PerThread, Sampling::PerCpu] {
+        let mut child = SpinChild::start();
+        let cfg = SamplerConfig {
+            sampling,
+            ..config(999, 512)
+        };
+        let mut sampler = Sampler::open(child.child.id(), &cfg).unwrap();
+        child.spin(20);
+        sampler.poll(Duration::ZERO, &mut |_| {}).unwrap();
+        sampler.set_frequency(49).unwrap();
+        let mut samples = 0;
+        child.spin(400);
+        sampler.disable();
+        sampler.poll(Duration::ZERO, &mut |_| samples += 1).unwrap();
+        // 400 ms at 49 Hz: 19.6 (a sample in flight at 999 Hz may land after the change).
+        assert!(
+            (15..=22).contains(&samples),
+            "{sampling:?}: {samples} samples in 400 ms at 49 Hz"
+        );
+    }
 }
