@@ -169,6 +169,8 @@ pub fn read_all(paths: &[PathBuf]) -> Result<Recording> {
         .min()
         .unwrap_or(0);
     merged.interval = interval;
+    // CPU time adds up across files, where every file knows it.
+    merged.cpu_time_ns = recs.iter().map(|r| r.profile.cpu_time_ns).sum();
     for r in &recs {
         if r.profile.period_ns != merged.period_ns {
             // Files sampled at different rates: sample counts add up, CPU time would not.

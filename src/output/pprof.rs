@@ -39,6 +39,9 @@ const THREAD: &str = "[thread]";
 const THREAD_LABEL: &str = "thread";
 const TID_LABEL: &str = "tid";
 const INTERVAL_START: &str = "jvmperf interval_start_ns=";
+/// The target's CPU time over the window, which predicts the samples taken on a CPU (coverage):
+/// `jvmperf target_cpu_ns=N expected_samples=M`.
+const TARGET_CPU: &str = "jvmperf target_cpu_ns=";
 /// Decompressed pprof files larger than this are refused (a corrupt or hostile file).
 const MAX_DECODED: u64 = 1 << 32;
 
@@ -239,6 +242,11 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
         let id = b.string(comment);
         b.out.comment.push(id);
     }
+    if let Some(cpu) = profile.cpu_time_ns {
+        let expected = cpu / profile.period_ns.max(1);
+        let line = b.string(&format!("{TARGET_CPU}{cpu} expected_samples={expected}"));
+        b.out.comment.push(line);
+    }
     let times = profile.samples.iter().map(|s| s.time).filter(|&t| t != 0);
     if let Some(interval) = profile.interval {
         b.out.time_nanos = interval.start_unix_ns as i64;
@@ -350,6 +358,10 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
 
     let mut profile = Profile::default();
     for &c in &pb.comment {
+        if let Some(cpu) = string(c)?.strip_prefix(TARGET_CPU) {
+            let ns = cpu.split(' ').next().unwrap_or_default();
+            profile.cpu_time_ns = Some(ns.parse().map_err(|_| corrupt("bad target CPU time"))?);
+        }
         if let Some(start) = string(c)?.strip_prefix(INTERVAL_START) {
             profile.start_ns = start.parse().map_err(|_| corrupt("bad interval start"))?;
             profile.interval = Some(WallInterval {
@@ -613,6 +625,7 @@ mod tests {
         });
         p.labels = vec![("pid".into(), "42".into()), ("host".into(), "h".into())];
         p.comments = vec!["rate_hz=19".into()];
+        p.cpu_time_ns = Some(7_000_000_000);
         let bytes = render(&p).unwrap();
         let mut raw = Vec::new();
         GzDecoder::new(&bytes[..]).read_to_end(&mut raw).unwrap();
@@ -631,7 +644,14 @@ mod tests {
                 .collect();
             assert!(labels.contains(&("pid", "42")) && labels.contains(&("host", "h")));
         }
+        let period = p.period_ns;
+        let coverage = format!(
+            "jvmperf target_cpu_ns=7000000000 expected_samples={}",
+            7_000_000_000 / period
+        );
+        assert!(comments.contains(&coverage.as_str()), "{comments:?}");
         let back = parse(&bytes).unwrap();
+        assert_eq!(back.cpu_time_ns, Some(7_000_000_000));
         assert_eq!(back.interval, p.interval);
         assert_eq!(back.start_ns, 77_000_000_000);
         assert!(back.samples.iter().all(|s| s.time == 77_000_000_000));

@@ -1,12 +1,12 @@
 //! The `.jvmperf` raw recording: every sample with its CLOCK_MONOTONIC time and thread, already
 //! symbolized, so a recording can be converted, windowed and filtered later.
 //!
-//! Layout (version 1.2; integers are unsigned LEB128 varints unless noted):
+//! Layout (version 1.3; integers are unsigned LEB128 varints unless noted):
 //!
 //! ```text
 //! header (24 bytes, fixed):
 //!   magic        8 bytes  "JVMPERF\0"
-//!   major, minor 2 × u8   1, 2 — a reader refuses another major and reads any minor
+//!   major, minor 2 × u8   1, 3 — a reader refuses another major and reads any minor
 //!   flags        u8       bit 0: the body is gzip-compressed
 //!   reserved     u8       0
 //!   crc32        u32 LE   of the uncompressed body
@@ -24,6 +24,8 @@
 //!   compiled (1.1): n, n × (frame index, level, compile id, osr bci, code size)
 //!             the code version of compiled frames; osr bci: 0 = not OSR, else zigzag(bci) + 1
 //!   clock (1.2): 0 = CPU time, 1 = wall-clock time (`record --wall`)
+//!   cpu time (1.3): the target's CPU time over the sampled window in ns + 1, 0 = unknown
+//!             (samples on a CPU were expected to number it / period_ns)
 //! ```
 //!
 //! Later minor versions may append fields after the samples; readers ignore them (a 1.0 reader
@@ -43,7 +45,7 @@ use std::sync::Arc;
 
 pub const MAGIC: &[u8; 8] = b"JVMPERF\0";
 const MAJOR: u8 = 1;
-const MINOR: u8 = 2;
+const MINOR: u8 = 3;
 const FLAG_GZIP: u8 = 1;
 const HEADER_LEN: usize = 24;
 /// Larger bodies are refused rather than allocated (a corrupt length).
@@ -160,10 +162,12 @@ pub(super) fn put_sample(buf: &mut Vec<u8>, prev: &mut u64, s: &Sample, thread: 
     put(buf, s.weight);
 }
 
-/// What follows the samples: the compiled-code table (1.1) and the clock (1.2).
+/// What follows the samples: the compiled-code table (1.1), the clock (1.2) and the CPU time
+/// (1.3).
 pub(super) fn put_tail(buf: &mut Vec<u8>, profile: &Profile) {
     put_compiled(buf, profile);
     put(buf, u64::from(profile.clock == Clock::Wall));
+    put(buf, profile.cpu_time_ns.map_or(0, |ns| ns.saturating_add(1)));
 }
 
 /// The compiled-code table (1.1).
@@ -445,6 +449,9 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
             _ => Clock::Wall,
         };
     }
+    if c.at < body.len() {
+        p.cpu_time_ns = c.varint("cpu time")?.checked_sub(1);
+    }
 
     let frame_ids: Vec<_> = frames.into_iter().map(|f| p.intern_frame(f)).collect();
     let stack_ids: Vec<_> = stacks
@@ -549,6 +556,10 @@ pub(super) mod tests {
         let mut wall = fixture();
         wall.clock = Clock::Wall;
         assert_eq!(parse(&render(&wall).unwrap()).unwrap().clock, Clock::Wall);
+        assert_eq!(q.cpu_time_ns, None);
+        wall.cpu_time_ns = Some(12_345_678_901);
+        let read = parse(&render(&wall).unwrap()).unwrap();
+        assert_eq!(read.cpu_time_ns, Some(12_345_678_901));
     }
 
     /// A file written by jvmperf before the compiled-code table (format 1.0, the fixture of that
@@ -627,6 +638,6 @@ pub(super) mod tests {
         let mut newer = render(&fixture()).unwrap();
         newer[8] = 2;
         let e = parse(&newer).unwrap_err();
-        assert!(e.message.contains("version 2.2"), "{}", e.message);
+        assert!(e.message.contains("version 2.3"), "{}", e.message);
     }
 }
