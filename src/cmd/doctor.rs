@@ -6,7 +6,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::hotspot::HotSpot;
 use crate::native::NativeUnwinder;
 use crate::process::TargetProcess;
-use crate::sampler::{Host, SamplerConfig};
+use crate::sampler::{Host, Sampler, SamplerConfig, Sampling};
 use std::fs;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,10 +50,45 @@ fn has_cap(caps: u64, cap: u32) -> bool {
     caps & (1 << cap) != 0
 }
 
-/// Locked memory for ring buffers, one per thread, as the sampler would size them at the
-/// default -F and --stack-size within what the kernel lets us lock.
-fn ring_buffer_check(threads: usize) -> Check {
-    let budget = Host::current().budget();
+/// Which sampling strategy `record` would use on this JVM, why, and what the other would cost or
+/// need.
+fn sampling_check(pid: u32) -> (Check, Option<Sampling>) {
+    match Sampler::choose(pid, &SamplerConfig::default()) {
+        Ok(strategy) => (
+            check(Verdict::Ok, "sampling", strategy.describe()),
+            Some(strategy.kind),
+        ),
+        Err(e) => (check(Verdict::Fail, "sampling", e.message), None),
+    }
+}
+
+/// Locked memory for ring buffers, one per CPU or one per thread, as the sampler would size them
+/// at the default -F and --stack-size within what the kernel lets us lock.
+fn ring_buffer_check(threads: usize, sampling: Option<Sampling>) -> Check {
+    let host = Host::current();
+    let budget = host.budget();
+    if sampling == Some(Sampling::PerCpu) {
+        let cpus = host.online_cpus;
+        let plan = SamplerConfig::default().ring_plan(cpus, budget.clone());
+        let pages = plan.pages_per_cpu(cpus, budget.pages);
+        let verdict = if pages < plan.busy_pages {
+            Verdict::Warn
+        } else {
+            Verdict::Ok
+        };
+        return check(
+            verdict,
+            "locked memory",
+            format!(
+                "{cpus} CPUs get ring buffers of {} KiB each ({} ms of a busy CPU's samples, {} ms \
+                 wanted) at the default -F and --stack-size, within {}",
+                pages * plan.page_size / 1024,
+                plan.hold_ms(pages),
+                plan.hold_ms(plan.busy_pages),
+                budget.source
+            ),
+        );
+    }
     let plan = SamplerConfig::default().ring_plan(threads, budget.clone());
     let kib = |pages: usize| pages * plan.page_size / 1024;
     let at_least = threads * (plan.min_pages + 1);
@@ -106,7 +141,9 @@ fn perf_checks(process: &TargetProcess, out: &mut Vec<Check>) {
         ),
         Some(p) => check(Verdict::Ok, "perf events", format!("perf_event_paranoid is {p}{}", if privileged { " (and we have CAP_PERFMON/CAP_SYS_ADMIN)" } else { "" })),
     });
-    out.push(ring_buffer_check(process.threads().len()));
+    let (sampling, kind) = sampling_check(process.pid);
+    out.push(sampling);
+    out.push(ring_buffer_check(process.threads().len(), kind));
     out.push(match read_trimmed("/proc/sys/kernel/kptr_restrict").as_deref() {
         Some("0") => check(Verdict::Ok, "kernel symbols", "kptr_restrict is 0"),
         Some(v) if nix::unistd::geteuid().is_root() && v == "1" => check(Verdict::Ok, "kernel symbols", "kptr_restrict is 1 (root can read them)"),

@@ -255,7 +255,9 @@ impl Strategy {
     pub fn describe(&self) -> String {
         match self.kind {
             Sampling::PerCpu => format!(
-                "sampling per CPU ({}): nothing is done per thread or per context switch",
+                "sampling per CPU ({}): nothing is done per thread or per context switch \
+                 (per-thread sampling, the fallback without root or CAP_PERFMON, costs every \
+                 context switch of a sampled thread ~2 µs)",
                 self.why
             ),
             _ => format!(
