@@ -74,18 +74,18 @@ impl Profiler {
 
 /// A span of CLOCK_MONOTONIC time (ns), the clock of `System.nanoTime` and of the WORK lines.
 #[derive(Clone, Copy)]
-struct Span {
-    start: u64,
-    end: u64,
+pub(crate) struct Span {
+    pub start: u64,
+    pub end: u64,
 }
 
 impl Span {
-    fn secs(&self) -> f64 {
+    pub fn secs(&self) -> f64 {
         (self.end - self.start) as f64 / 1e9
     }
 }
 
-fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -104,7 +104,7 @@ struct Work {
 
 /// Every WORK line of the run, in order.
 #[derive(Default)]
-struct WorkLog(Vec<Work>);
+pub(crate) struct WorkLog(Vec<Work>);
 
 impl WorkLog {
     /// Units completed at `ns`, interpolated between the WORK lines around it (a unit takes
@@ -123,16 +123,16 @@ impl WorkLog {
     }
 
     /// Work units per wall second over `span`.
-    fn throughput(&self, span: Span) -> Result<f64> {
+    pub fn throughput(&self, span: Span) -> Result<f64> {
         Ok((self.units_at(span.end)? - self.units_at(span.start)?) / span.secs())
     }
 }
 
 /// The bench JVM and every WORK line so far. All waiting goes through [`Target::pump_until`], so
 /// no line is left unread.
-struct Target {
-    jvm: BenchJvm,
-    log: WorkLog,
+pub(crate) struct Target {
+    pub jvm: BenchJvm,
+    pub log: WorkLog,
 }
 
 impl Target {
@@ -158,12 +158,24 @@ impl Target {
         }
     }
 
-    fn idle(&mut self, d: Duration) -> Result<()> {
+    pub fn idle(&mut self, d: Duration) -> Result<()> {
         self.pump_until(d, || Ok(false)).map(drop)
     }
 
+    /// Waits (up to 30 s) for a WORK line after `end`, so that throughput can be interpolated up
+    /// to it.
+    pub fn wait_for_work_after(&mut self, end: u64) -> Result<()> {
+        let mut waited = Duration::ZERO;
+        while !self.log.0.last().is_some_and(|w| w.nanos > end) && waited < Duration::from_secs(30)
+        {
+            self.idle(SETTLE)?;
+            waited += SETTLE;
+        }
+        Ok(())
+    }
+
     /// An idle window of [`IDLE`].
-    fn idle_window(&mut self) -> Result<Span> {
+    pub fn idle_window(&mut self) -> Result<Span> {
         let start = monotonic_ns();
         self.idle(IDLE)?;
         Ok(Span {
@@ -198,7 +210,7 @@ fn read_all(r: Option<impl Read + Send + 'static>) -> JoinHandle<String> {
 
 /// Waits for `child` (killed after `timeout`) while pumping WORK lines; returns its stdout and
 /// stderr together.
-fn finish(t: &mut Target, mut child: Child, what: &str, timeout: Duration) -> Result<String> {
+pub(crate) fn finish(t: &mut Target, mut child: Child, what: &str, timeout: Duration) -> Result<String> {
     let (out, err) = (read_all(child.stdout.take()), read_all(child.stderr.take()));
     let mut status = None;
     let done = t.pump_until(timeout, || {
@@ -217,7 +229,7 @@ fn finish(t: &mut Target, mut child: Child, what: &str, timeout: Duration) -> Re
 }
 
 /// Runs a tool to completion while pumping WORK lines; returns stdout and stderr together.
-fn run_tool(t: &mut Target, cmd: &mut Command) -> Result<String> {
+pub(crate) fn run_tool(t: &mut Target, cmd: &mut Command) -> Result<String> {
     let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -498,7 +510,7 @@ fn parse_args(args: &[String]) -> Result<Args> {
 /// machine: nice -20, and its autogroup too (with `kernel.sched_autogroup_enabled`, nice values
 /// compare only within a session, and another session's build would take half the cores). Needs
 /// root; without it the bench runs as it is and says so.
-fn raise_priority() {
+pub(crate) fn raise_priority() {
     // SAFETY: setpriority with integer arguments only.
     let nice = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -20) };
     let group = std::fs::write("/proc/self/autogroup", "-20");
@@ -606,13 +618,7 @@ fn record_rounds(
     }
     // A WORK line after the last window's end, to interpolate to (the JVM may pause after
     // JFR.stop for longer than its 100 ms between lines).
-    let end = timeline.idle.last().map_or(0, |s| s.end);
-    let log_passed_end = |log: &WorkLog| log.0.last().is_some_and(|w| w.nanos > end);
-    let mut waited = Duration::ZERO;
-    while !log_passed_end(&t.log) && waited < Duration::from_secs(30) {
-        t.idle(SETTLE)?;
-        waited += SETTLE;
-    }
+    t.wait_for_work_after(timeline.idle.last().map_or(0, |s| s.end))?;
     Ok(timeline)
 }
 
@@ -708,7 +714,7 @@ fn report(pairs: &[Pair]) {
     );
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     if n % 2 == 1 {
@@ -718,7 +724,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-fn list(v: &[f64], digits: usize) -> String {
+pub(crate) fn list(v: &[f64], digits: usize) -> String {
     v.iter()
         .map(|x| format!("{x:.digits$}"))
         .collect::<Vec<_>>()

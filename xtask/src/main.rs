@@ -11,6 +11,7 @@ mod bench_footprint;
 mod bench_jvm;
 mod bench_record;
 mod bench_soak;
+mod bench_switch;
 mod bench_tomcat;
 mod demo;
 mod jdk;
@@ -27,7 +28,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "bench",
-        "benchmarks: `bench attach` (time to a complete code map, replay rate), `bench record` (all-in cost per sample by wall-clock throughput, with bare perf, perf --call-graph dwarf and JFR measured alongside), `bench convert` (raw recording to every format), `bench footprint` (wall time, memory and CPU of one recording, first and warm run), `bench soak` (memory and lost samples over a long recording), `bench daemon` (jvmperf daemon on 3 JVMs: CPU, RSS, files and samples per JVM), `bench tomcat` (Tomcat's request rate under wrk while recording at 99 and 999 Hz, against the rate without)",
+        "benchmarks: `bench attach` (time to a complete code map, replay rate), `bench record` (all-in cost per sample by wall-clock throughput, with bare perf, perf --call-graph dwarf and JFR measured alongside), `bench convert` (raw recording to every format), `bench footprint` (wall time, memory and CPU of one recording, first and warm run), `bench soak` (memory and lost samples over a long recording), `bench daemon` (jvmperf daemon on 3 JVMs: CPU, RSS, files and samples per JVM), `bench tomcat` (Tomcat's request rate under wrk while recording at 99 and 999 Hz, against the rate without), `bench switch` (throughput a JVM handing work between threads keeps while sampled per CPU and per thread, beside perf and async-profiler)",
     ),
     (
         "demo",
@@ -60,8 +61,9 @@ fn run(args: &[String]) -> Result<()> {
             Some((name, args)) if name == "footprint" => bench_footprint::main(args),
             Some((name, args)) if name == "daemon" => bench_daemon::main(args),
             Some((name, args)) if name == "tomcat" => bench_tomcat::main(args),
+            Some((name, args)) if name == "switch" => bench_switch::main(args),
             _ => {
-                bail!("usage: cargo xtask bench attach|record|convert|soak|footprint|daemon|tomcat")
+                bail!("usage: cargo xtask bench attach|record|convert|soak|footprint|daemon|tomcat|switch")
             }
         },
         "demo" => demo::main(rest),

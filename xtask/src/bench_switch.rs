@@ -1,0 +1,325 @@
+//! `cargo xtask bench switch`: what sampling costs a JVM whose threads hand work to each other
+//! (a thread pool, a request server), by the throughput it keeps.
+//!
+//! `bench.Throughput --handoff` (two threads passing a token after every unit: about one context
+//! switch per unit) runs pinned to CPU 0; every profiler runs pinned to CPU 1, so what is lost is
+//! the cost inside the JVM's own threads, per context switch, not a share of a core. Rounds of
+//! (idle, profiler, idle, profiler, …) with every profiled window between two idle ones; a
+//! profiler's window is its steady sampling (start-up and its work after sampling left out).
+//! Throughput is work per wall second, never per JVM CPU-second.
+//!
+//! Profilers: jvmperf record at 19 and 99 Hz (per CPU where allowed, the default), `jvmperf
+//! daemon -F 19`, jvmperf record `--sampling per-thread` at 19 Hz, `perf record -p` (per-thread
+//! events) and `perf record -a` (per-CPU events) at 19 Hz, and async-profiler `-e cpu` and `-e
+//! itimer` at 19 Hz when `ASPROF` names its `asprof` binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context, Result};
+
+use crate::bench_jvm::{self, BenchJvm};
+use crate::bench_record::{
+    finish, list, median, monotonic_ns, raise_priority, Span, Target, WorkLog,
+};
+
+const DEFAULT_PAIRS: usize = 4;
+/// Seconds each profiler samples.
+const WINDOW_SECS: u64 = 6;
+/// Left out at each end of a profiler's sampling.
+const MARGIN: Duration = Duration::from_millis(500);
+/// Between a profiler's exit and the next idle window.
+const SETTLE: Duration = Duration::from_millis(500);
+const JVM_CPU: &str = "0";
+const PROFILER_CPU: &str = "1";
+
+#[derive(Clone, PartialEq)]
+enum Profiler {
+    Record { hz: u64, per_thread: bool },
+    Daemon { hz: u64 },
+    Perf { hz: u64, all_cpus: bool },
+    Asprof { hz: u64, event: &'static str, bin: PathBuf },
+}
+
+impl Profiler {
+    fn name(&self) -> String {
+        match self {
+            Profiler::Record { hz, per_thread } => format!(
+                "jvmperf record -F {hz}{}",
+                if *per_thread {
+                    " --sampling per-thread"
+                } else {
+                    " (per CPU)"
+                }
+            ),
+            Profiler::Daemon { hz } => format!("jvmperf daemon -F {hz} (per CPU)"),
+            Profiler::Perf { hz, all_cpus } => format!(
+                "perf record -e cpu-clock -F {hz} {}",
+                if *all_cpus { "-a" } else { "-p PID" }
+            ),
+            Profiler::Asprof { hz, event, .. } => format!("async-profiler -e {event} ({hz} Hz)"),
+        }
+    }
+
+    fn all(asprof: Option<PathBuf>) -> Vec<Profiler> {
+        let mut all = vec![
+            Profiler::Record {
+                hz: 19,
+                per_thread: false,
+            },
+            Profiler::Record {
+                hz: 99,
+                per_thread: false,
+            },
+            Profiler::Daemon { hz: 19 },
+            Profiler::Record {
+                hz: 19,
+                per_thread: true,
+            },
+            Profiler::Perf {
+                hz: 19,
+                all_cpus: false,
+            },
+            Profiler::Perf {
+                hz: 19,
+                all_cpus: true,
+            },
+        ];
+        if let Some(bin) = asprof {
+            for event in ["cpu", "itimer"] {
+                all.push(Profiler::Asprof {
+                    hz: 19,
+                    event,
+                    bin: bin.clone(),
+                });
+            }
+        }
+        all
+    }
+}
+
+/// `cmd` pinned to the profilers' CPU.
+fn pinned(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut cmd = Command::new("taskset");
+    cmd.args(["-c", PROFILER_CPU]).arg(program);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Runs `p` once; returns its steady sampling span.
+fn run(t: &mut Target, p: &Profiler, jvmperf: &Path, dir: &Path) -> Result<Span> {
+    let pid = t.jvm.pid().to_string();
+    let window = WINDOW_SECS.to_string();
+    let start = monotonic_ns();
+    // Each arm: the command, and how long after its spawn it samples (start-up).
+    let (mut cmd, startup) = match p {
+        Profiler::Record { hz, per_thread } => {
+            let mut cmd = pinned(jvmperf);
+            cmd.args(["record", "-p", &pid, "-d", &window, "-F", &hz.to_string()])
+                .arg("-o")
+                .arg(dir.join("out.collapsed"));
+            if *per_thread {
+                cmd.args(["--sampling", "per-thread"]);
+            }
+            let child = cmd.spawn().context("starting jvmperf record")?;
+            let err = finish(
+                t,
+                child,
+                "jvmperf record",
+                Duration::from_secs(WINDOW_SECS + 120),
+            )?;
+            return record_span(&err);
+        }
+        Profiler::Daemon { hz } => {
+            let mut cmd = pinned(jvmperf);
+            cmd.args(["daemon", "--pid", &pid, "-F", &hz.to_string(), "--dir"])
+                .arg(dir.join("daemon"));
+            // It looks for JVMs every 2 s and attaches to those it finds.
+            (cmd, Duration::from_secs(4))
+        }
+        Profiler::Perf { hz, all_cpus } => {
+            let mut cmd = pinned("perf");
+            cmd.args(["record", "-e", "cpu-clock", "-F", &hz.to_string()]);
+            if *all_cpus {
+                cmd.arg("-a");
+            } else {
+                cmd.args(["-p", &pid]);
+            }
+            cmd.arg("-o").arg(dir.join("perf.data"));
+            (cmd, Duration::from_secs(1))
+        }
+        Profiler::Asprof { hz, event, bin } => {
+            let mut cmd = pinned(bin);
+            cmd.args(["-e", event, "-i", &(1_000_000_000 / hz).to_string()])
+                .args(["-o", "collapsed", "-f"])
+                .arg(dir.join("asprof.collapsed"));
+            (cmd, Duration::from_secs(1))
+        }
+    };
+    let sampling = Duration::from_secs(WINDOW_SECS);
+    match p {
+        Profiler::Asprof { .. } => {
+            cmd.args(["-d", &window, &pid]);
+            let child = cmd.spawn().context("starting asprof")?;
+            finish(t, child, "asprof", Duration::from_secs(WINDOW_SECS + 60))?;
+        }
+        _ => {
+            // Runs until told to stop: SIGINT (perf) or SIGTERM (the daemon) after the window.
+            let child = cmd.spawn().with_context(|| format!("starting {}", p.name()))?;
+            t.idle(startup + sampling)?;
+            let sig = match p {
+                Profiler::Perf { .. } => libc::SIGINT,
+                _ => libc::SIGTERM,
+            };
+            // taskset execs the profiler: the child is the profiler itself.
+            // SAFETY: kill with a pid we spawned and a valid signal number.
+            unsafe { libc::kill(child.id() as i32, sig) };
+            finish(t, child, &p.name(), Duration::from_secs(60))?;
+        }
+    }
+    let begin = start + (startup + MARGIN).as_nanos() as u64;
+    Ok(Span {
+        start: begin,
+        end: begin + (sampling - 2 * MARGIN).as_nanos() as u64,
+    })
+}
+
+/// The steady span of a `jvmperf record` run: its sample window less the margins.
+fn record_span(err: &str) -> Result<Span> {
+    ensure!(
+        !err.contains("recording ended early"),
+        "jvmperf record ended early: {err}"
+    );
+    let window: Vec<u64> = err
+        .lines()
+        .find_map(|l| l.split_once("sample window (CLOCK_MONOTONIC ns, as System.nanoTime):"))
+        .map(|(_, v)| {
+            v.split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let [first, last] = window[..] else {
+        bail!("no sample window in jvmperf's output: {err}");
+    };
+    let margin = MARGIN.as_nanos() as u64;
+    Ok(Span {
+        start: first + margin,
+        end: last - margin,
+    })
+}
+
+struct Args {
+    pairs: usize,
+}
+
+fn parse_args(args: &[String]) -> Result<Args> {
+    const USAGE: &str = "usage: cargo xtask bench switch [--pairs N (default 4)]; ASPROF=/path/to/asprof adds async-profiler";
+    let mut parsed = Args {
+        pairs: DEFAULT_PAIRS,
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--pairs" => {
+                parsed.pairs = it
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .filter(|&n| n > 0)
+                    .context(USAGE)?
+            }
+            _ => bail!("{USAGE}"),
+        }
+    }
+    Ok(parsed)
+}
+
+pub fn main(args: &[String]) -> Result<()> {
+    let args = parse_args(args)?;
+    ensure!(
+        std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2,
+        "switch: needs 2 CPUs (the JVM on one, the profilers on the other)"
+    );
+    raise_priority();
+    let jvmperf = bench_jvm::prepare()?;
+    let dir = std::env::temp_dir().join(format!("jvmperf-bench-switch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let result = measure(&jvmperf, &args, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn measure(jvmperf: &Path, args: &Args, dir: &Path) -> Result<()> {
+    let asprof = std::env::var_os("ASPROF").map(PathBuf::from);
+    let profilers = Profiler::all(asprof.clone());
+    let jvm = BenchJvm::start(
+        &[],
+        &bench_jvm::classes(),
+        "bench.Throughput",
+        &["--handoff"],
+    )?;
+    // Every thread of the JVM, and so the threads it starts later, on CPU 0.
+    let status = Command::new("taskset")
+        .args(["-a", "-c", "-p", JVM_CPU, &jvm.pid().to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .context("taskset")?;
+    ensure!(status.success(), "taskset could not pin the JVM");
+    let mut t = Target {
+        jvm,
+        log: WorkLog::default(),
+    };
+    println!(
+        "switch: bench.Throughput --handoff pinned to CPU {JVM_CPU}, profilers pinned to CPU {PROFILER_CPU}; {} rounds of idle ({} s) / profiler ({WINDOW_SECS} s) windows{}",
+        args.pairs,
+        4,
+        if asprof.is_none() {
+            "; async-profiler skipped (set ASPROF to its asprof binary)"
+        } else {
+            ""
+        }
+    );
+    t.idle(Duration::from_millis(300))?;
+    let mut idle = vec![t.idle_window()?];
+    let mut runs: Vec<(usize, Span)> = Vec::new();
+    for _ in 0..args.pairs {
+        for (i, p) in profilers.iter().enumerate() {
+            let span = run(&mut t, p, jvmperf, dir)?;
+            let _ = std::fs::remove_dir_all(dir.join("daemon"));
+            let _ = std::fs::remove_file(dir.join("perf.data"));
+            t.idle(SETTLE)?;
+            runs.push((i, span));
+            idle.push(t.idle_window()?);
+        }
+    }
+    t.wait_for_work_after(idle.last().map_or(0, |s| s.end))?;
+    let idle_rates = idle
+        .iter()
+        .map(|&s| t.log.throughput(s))
+        .collect::<Result<Vec<_>>>()?;
+    let base = median(idle_rates.clone());
+    println!(
+        "switch: idle windows: {} units/s (median {base:.0}; each unit is about one context switch)",
+        list(&idle_rates, 0),
+    );
+    for (i, p) in profilers.iter().enumerate() {
+        let mut kept = Vec::new();
+        for (k, (_, span)) in runs.iter().enumerate().filter(|(_, (j, _))| *j == i) {
+            let neighbours = (idle_rates[k] + idle_rates[k + 1]) / 2.0;
+            kept.push(t.log.throughput(*span)? / neighbours);
+        }
+        let kept_median = median(kept.clone());
+        // Time per unit profiled less time per unit idle: the cost per context switch.
+        let per_switch_us = (1.0 / kept_median - 1.0) / base * 1e6;
+        println!(
+            "switch: {:<48} throughput kept {:.1}% (per pair {} %), {per_switch_us:.2} us per context switch",
+            p.name(),
+            kept_median * 100.0,
+            list(&kept.iter().map(|k| k * 100.0).collect::<Vec<_>>(), 1),
+        );
+    }
+    Ok(())
+}
