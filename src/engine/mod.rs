@@ -25,8 +25,8 @@ use crate::shim::protocol::{self, ShimStats};
 use crate::symbolize::{Symbolizer, WarmingSymbols};
 use crate::walker::StackWalker;
 use collect::Collected;
-use naming::Named;
 use foldhash::HashMap;
+use naming::Named;
 use std::time::{Duration, Instant};
 
 pub struct EngineOptions {

@@ -167,7 +167,10 @@ pub(super) fn put_sample(buf: &mut Vec<u8>, prev: &mut u64, s: &Sample, thread: 
 pub(super) fn put_tail(buf: &mut Vec<u8>, profile: &Profile) {
     put_compiled(buf, profile);
     put(buf, u64::from(profile.clock == Clock::Wall));
-    put(buf, profile.cpu_time_ns.map_or(0, |ns| ns.saturating_add(1)));
+    put(
+        buf,
+        profile.cpu_time_ns.map_or(0, |ns| ns.saturating_add(1)),
+    );
 }
 
 /// The compiled-code table (1.1).

@@ -286,7 +286,10 @@ pub(super) fn open_error(e: &io::Error, tid: u32, config: &SamplerConfig) -> Err
                  or sample per CPU, one event per CPU (as root or with CAP_PERFMON)"
             ),
         ),
-        Some(libc::ENOMEM) => Error::new(ErrorKind::Sampling, memory_hint(&format!("thread {tid}"), e)),
+        Some(libc::ENOMEM) => Error::new(
+            ErrorKind::Sampling,
+            memory_hint(&format!("thread {tid}"), e),
+        ),
         Some(libc::EINVAL) => {
             let rate = max_sample_rate()
                 .map(|m| format!(" (kernel.perf_event_max_sample_rate={m})"))
@@ -320,7 +323,10 @@ pub(super) fn cpu_open_error(e: &io::Error, cpu: u32, config: &SamplerConfig) ->
         ),
         _ => {
             let e = open_error(e, 0, config);
-            Error::new(e.kind, e.message.replace("on thread 0", &format!("on CPU {cpu}")))
+            Error::new(
+                e.kind,
+                e.message.replace("on thread 0", &format!("on CPU {cpu}")),
+            )
         }
     }
 }
@@ -386,7 +392,11 @@ mod tests {
         assert!(error_for(libc::ENOMEM)
             .message
             .contains("perf_event_mlock_kb"));
-        let mmap = mmap_error(&io::Error::from_raw_os_error(libc::EPERM), "thread 42", 1 << 20);
+        let mmap = mmap_error(
+            &io::Error::from_raw_os_error(libc::EPERM),
+            "thread 42",
+            1 << 20,
+        );
         assert!(mmap.message.contains("RLIMIT_MEMLOCK") && mmap.message.contains("1024 KiB"));
         assert!(!error_for(libc::EINVAL).message.contains('\n'));
     }

@@ -16,8 +16,8 @@ pub(super) struct MappedEvent {
     pub fd: OwnedFd,
     /// Data pages of `ring`.
     pub pages: usize,
-    /// Samples its LOST records reported, and those counted in [`SamplerStats::lost`] (more
-    /// when the kernel's count was read before a LOST record came).
+    /// Samples its LOST records reported, and those counted as lost so far (more when the
+    /// kernel's count was read before a LOST record came).
     lost_records: u64,
     lost_counted: u64,
 }
@@ -26,8 +26,8 @@ pub(super) struct MappedEvent {
 pub(super) struct Drained {
     /// Bytes the ring held when the drain began.
     pub fill: usize,
-    /// It reported lost samples.
-    pub lost: bool,
+    /// Samples newly counted as lost (not yet in [`SamplerStats::lost`]: the caller adds them).
+    pub lost: u64,
 }
 
 impl MappedEvent {
@@ -43,34 +43,31 @@ impl MappedEvent {
         }
     }
 
-    /// Counts in `stats` the samples dropped that no LOST record reported yet (none will while
-    /// the event is disabled or after its thread exited). LOST records count the drops of every
-    /// event writing into the ring, so the kernel's counts of `others` writing there too are
-    /// added to the event's own.
-    pub fn count_unreported_lost(
-        &mut self,
-        counts_lost: bool,
-        others: Option<&OwnedFd>,
-        stats: &mut SamplerStats,
-    ) {
+    /// The samples dropped that no LOST record reported yet (none will while the event is
+    /// disabled or after its thread exited), for the caller to count. LOST records count the
+    /// drops of every event writing into the ring, so the kernel's counts of `others` writing
+    /// there too are added to the event's own.
+    pub fn unreported_lost(&mut self, counts_lost: bool, others: Option<&OwnedFd>) -> u64 {
         if !counts_lost {
-            return;
+            return 0;
         }
         let total = std::iter::once(&self.fd)
             .chain(others)
             .map(attr::read_lost)
             .try_fold(0u64, |sum, lost| lost.map(|n| sum + n));
-        if let Ok(total) = total {
-            if total > self.lost_counted {
-                stats.lost += total - self.lost_counted;
+        match total {
+            Ok(total) if total > self.lost_counted => {
+                let new = total - self.lost_counted;
                 self.lost_counted = total;
+                new
             }
+            _ => 0,
         }
     }
 
     /// Reads the ring up to the head seen when starting on it, handing samples, switch-ins and
     /// thread names to `on_record` (which says whether a sample was taken: counted in `stats`)
-    /// and counting the rest in `stats`.
+    /// and counting the rest in `stats`, lost samples excepted (see [`Drained::lost`]).
     pub fn drain(
         &mut self,
         scratch: &mut Vec<u8>,
@@ -99,10 +96,8 @@ impl MappedEvent {
             }
         });
         self.lost_records += lost;
-        if self.lost_records > self.lost_counted {
-            stats.lost += self.lost_records - self.lost_counted;
-            self.lost_counted = self.lost_records;
-        }
+        let new_lost = self.lost_records.saturating_sub(self.lost_counted);
+        self.lost_counted = self.lost_counted.max(self.lost_records);
         stats.bytes += drained.bytes;
         stats.malformed += u64::from(drained.resynced);
         let size = self.ring.data_size();
@@ -113,7 +108,7 @@ impl MappedEvent {
         stats.peak_fill_percent = stats.peak_fill_percent.max(percent);
         Drained {
             fill,
-            lost: lost > 0,
+            lost: new_lost,
         }
     }
 }

@@ -309,10 +309,7 @@ impl Sampler {
                     kind: Sampling::PerThread,
                     why,
                 }),
-                Ok(None) => err(
-                    ErrorKind::NoProcess,
-                    format!("process {pid} has exited"),
-                ),
+                Ok(None) => err(ErrorKind::NoProcess, format!("process {pid} has exited")),
                 Err(e) => Err(attr::open_error(&e, pid, config)),
             }
         };

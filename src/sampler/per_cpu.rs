@@ -127,7 +127,7 @@ impl CpuSampler {
         } = self;
         let pid = *pid;
         for event in cpus.iter_mut() {
-            event.drain(scratch, kernel_ips, stats, &mut |record| match record {
+            let drained = event.drain(scratch, kernel_ips, stats, &mut |record| match record {
                 ParsedRecord::Sample(s) if s.pid == pid => {
                     sampled.insert(s.tid);
                     sink(s);
@@ -147,6 +147,7 @@ impl CpuSampler {
                 }
                 _ => false,
             });
+            stats.lost += drained.lost;
         }
     }
 
@@ -173,7 +174,7 @@ impl CpuSampler {
         if !enabled {
             let counts_lost = attr::counts_lost(&self.attr);
             for event in &mut self.cpus {
-                event.count_unreported_lost(counts_lost, None, &mut self.stats);
+                self.stats.lost += event.unreported_lost(counts_lost, None);
             }
         }
     }
@@ -212,7 +213,10 @@ pub(super) fn online_cpus() -> Result<Vec<u32>> {
     parse_cpu_list(&text).ok_or_else(|| {
         Error::new(
             ErrorKind::Sampling,
-            format!("cannot parse /sys/devices/system/cpu/online: {:?}", text.trim()),
+            format!(
+                "cannot parse /sys/devices/system/cpu/online: {:?}",
+                text.trim()
+            ),
         )
     })
 }

@@ -58,10 +58,13 @@ impl ThreadEvent {
         self.fds().try_for_each(|fd| attr::set_enabled(fd, enabled))
     }
 
-    /// See [`MappedEvent::count_unreported_lost`]: the switch event's drops count too.
-    fn count_unreported_lost(&mut self, counts_lost: bool, stats: &mut SamplerStats) {
-        self.event
-            .count_unreported_lost(counts_lost, self.switch.as_ref(), stats);
+    /// Counts the drops no LOST record reported (see [`MappedEvent::unreported_lost`]; the
+    /// switch event's count too).
+    fn count_unreported_lost(&mut self, counts_lost: bool, period: u64, stats: &mut SamplerStats) {
+        let lost = self
+            .event
+            .unreported_lost(counts_lost, self.switch.as_ref());
+        stats.lost += self.pacing.lost_share(lost, period);
     }
 }
 
@@ -71,6 +74,15 @@ impl Pacing {
             first_period,
             period_set_at: (first_period == period).then_some(0),
             credit: period - first_period,
+        }
+    }
+
+    /// Of `lost` samples dropped, those that would have been handed out: a share of those taken
+    /// at the short first period (while it lasted), all of the others.
+    fn lost_share(&self, lost: u64, period: u64) -> u64 {
+        match self.period_set_at {
+            Some(_) => lost,
+            None => lost.saturating_mul(self.first_period) / period.max(1),
         }
     }
 
@@ -244,7 +256,8 @@ impl ThreadSampler {
             // Epoll reports the buffer readable once a quarter full.
             let wakeup = pages * self.plan.page_size / 4;
             let opened = attr::open(&mut self.attr, wakeup, tid as i32, -1);
-            let opened = opened.map_err(|e| OpenError::Other(attr::open_error(&e, tid, &self.config)));
+            let opened =
+                opened.map_err(|e| OpenError::Other(attr::open_error(&e, tid, &self.config)));
             let Some(fd) = opened? else {
                 return Ok(None);
             };
@@ -258,11 +271,18 @@ impl ThreadSampler {
                 }
                 Err(e) => {
                     let bytes = pages * self.plan.page_size;
-                    return Err(OpenError::Refused(attr::mmap_error(&e, &format!("thread {tid}"), bytes)));
+                    return Err(OpenError::Refused(attr::mmap_error(
+                        &e,
+                        &format!("thread {tid}"),
+                        bytes,
+                    )));
                 }
             }
         };
-        let switch = match self.open_switch_event(tid, &fd, enabled).map_err(OpenError::Other)? {
+        let switch = match self
+            .open_switch_event(tid, &fd, enabled)
+            .map_err(OpenError::Other)?
+        {
             Some(switch) => Some(switch),
             // The thread exited between the two opens: its CPU-clock event alone would write
             // records laid out unlike the ring's layout says.
@@ -359,7 +379,11 @@ impl ThreadSampler {
         }
         self.threads.insert(tid, new);
         self.drain_thread(&mut old, sink);
-        old.count_unreported_lost(attr::counts_lost(&self.attr), &mut self.stats);
+        old.count_unreported_lost(
+            attr::counts_lost(&self.attr),
+            self.config.period_ns(),
+            &mut self.stats,
+        );
         let _ = self.epoll.delete(&old.event.fd);
         self.stats.rings_grown += 1;
     }
@@ -394,9 +418,9 @@ impl ThreadSampler {
             let drained = self.drain_thread(&mut thread, sink);
             if !self.enabled {
                 // Drained while disabled: all the event will ever report is known.
-                thread.count_unreported_lost(counts_lost, &mut self.stats);
+                thread.count_unreported_lost(counts_lost, self.config.period_ns(), &mut self.stats);
             } else if !thread.no_room
-                && (4 * drained.fill >= thread.event.ring.data_size() || drained.lost)
+                && (4 * drained.fill >= thread.event.ring.data_size() || drained.lost > 0)
             {
                 // A quarter full since the last drain, or overflowing: the thread is busy.
                 busy.push(tid);
@@ -415,7 +439,7 @@ impl ThreadSampler {
         self.busy = busy;
         for tid in hung_up {
             if let Some(mut thread) = self.threads.remove(tid) {
-                thread.count_unreported_lost(counts_lost, &mut self.stats);
+                thread.count_unreported_lost(counts_lost, self.config.period_ns(), &mut self.stats);
                 let _ = self.epoll.delete(&thread.event.fd);
                 self.stats.threads_exited += 1;
             }
@@ -453,6 +477,7 @@ impl ThreadSampler {
                 _ => false,
             },
         );
+        self.stats.lost += thread.pacing.lost_share(drained.lost, period);
         if sampled && thread.pacing.period_set_at.is_none() {
             // Fails only for an event whose thread is gone, which the next poll cleans up.
             if attr::set_period(&thread.event.fd, period).is_ok() {

@@ -230,10 +230,7 @@ fn rescan_picks_up_a_new_thread_and_its_exit_is_cleaned_up() {
             .poll(Duration::from_millis(100), &mut |_| {})
             .unwrap();
     }
-    assert!(
-        !samples_thread(&sampler, tid),
-        "exited thread still open"
-    );
+    assert!(!samples_thread(&sampler, tid), "exited thread still open");
     assert!(sampler.stats().threads_exited >= 1);
 }
 
@@ -870,7 +867,9 @@ fn per_cpu_events_sample_short_lived_threads_by_name_and_no_other_process() {
     let mut seen: Vec<(u32, u32)> = Vec::new();
     while !starter.is_finished() {
         sampler
-            .poll(Duration::from_millis(20), &mut |s| seen.push((s.pid, s.tid)))
+            .poll(Duration::from_millis(20), &mut |s| {
+                seen.push((s.pid, s.tid))
+            })
             .unwrap();
     }
     let tids = starter.join().unwrap();
@@ -878,7 +877,10 @@ fn per_cpu_events_sample_short_lived_threads_by_name_and_no_other_process() {
     sampler
         .poll(Duration::ZERO, &mut |s| seen.push((s.pid, s.tid)))
         .unwrap();
-    assert!(seen.iter().all(|&(p, _)| p == pid), "another process's sample");
+    assert!(
+        seen.iter().all(|&(p, _)| p == pid),
+        "another process's sample"
+    );
     let per_thread: Vec<usize> = tids
         .iter()
         .map(|tid| seen.iter().filter(|s| s.1 == *tid).count())

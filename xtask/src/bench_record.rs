@@ -210,7 +210,12 @@ fn read_all(r: Option<impl Read + Send + 'static>) -> JoinHandle<String> {
 
 /// Waits for `child` (killed after `timeout`) while pumping WORK lines; returns its stdout and
 /// stderr together.
-pub(crate) fn finish(t: &mut Target, mut child: Child, what: &str, timeout: Duration) -> Result<String> {
+pub(crate) fn finish(
+    t: &mut Target,
+    mut child: Child,
+    what: &str,
+    timeout: Duration,
+) -> Result<String> {
     let (out, err) = (read_all(child.stdout.take()), read_all(child.stderr.take()));
     let mut status = None;
     let done = t.pump_until(timeout, || {

@@ -36,10 +36,22 @@ const PROFILER_CPU: &str = "1";
 
 #[derive(Clone, PartialEq)]
 enum Profiler {
-    Record { hz: u64, per_thread: bool },
-    Daemon { hz: u64 },
-    Perf { hz: u64, all_cpus: bool },
-    Asprof { hz: u64, event: &'static str, bin: PathBuf },
+    Record {
+        hz: u64,
+        per_thread: bool,
+    },
+    Daemon {
+        hz: u64,
+    },
+    Perf {
+        hz: u64,
+        all_cpus: bool,
+    },
+    Asprof {
+        hz: u64,
+        event: &'static str,
+        bin: PathBuf,
+    },
 }
 
 impl Profiler {
@@ -168,7 +180,9 @@ fn run(t: &mut Target, p: &Profiler, jvmperf: &Path, dir: &Path) -> Result<Span>
         }
         _ => {
             // Runs until told to stop: SIGINT (perf) or SIGTERM (the daemon) after the window.
-            let child = cmd.spawn().with_context(|| format!("starting {}", p.name()))?;
+            let child = cmd
+                .spawn()
+                .with_context(|| format!("starting {}", p.name()))?;
             t.idle(startup + sampling)?;
             let sig = match p {
                 Profiler::Perf { .. } => libc::SIGINT,
