@@ -71,7 +71,7 @@ fn ring_buffer_check(threads: usize, sampling: Option<Sampling>) -> Check {
         let cpus = host.online_cpus;
         let plan = SamplerConfig::default().ring_plan(cpus, budget.clone());
         let pages = plan.pages_per_cpu(cpus, budget.pages);
-        let verdict = if pages < plan.busy_pages {
+        let verdict = if pages < plan.cpu_pages {
             Verdict::Warn
         } else {
             Verdict::Ok
@@ -84,7 +84,7 @@ fn ring_buffer_check(threads: usize, sampling: Option<Sampling>) -> Check {
                  wanted) at the default -F and --stack-size, within {}",
                 pages * plan.page_size / 1024,
                 plan.hold_ms(pages),
-                plan.hold_ms(plan.busy_pages),
+                plan.hold_ms(plan.cpu_pages),
                 budget.source
             ),
         );

@@ -113,6 +113,7 @@ pub struct Engine {
     /// recording does), and threads sampled for the first time in this turn.
     comms: HashMap<u32, String>,
     new_tids: Vec<u32>,
+    comms_unread: Vec<u32>,
     /// The target's CPU time where the interval not yet taken starts.
     interval_cpu: Option<u64>,
 }
@@ -123,7 +124,15 @@ pub struct Engine {
 struct CpuTime {
     start: Option<u64>,
     last: Option<u64>,
+    read: Instant,
 }
+
+/// Names of newly sampled threads read from /proc per turn.
+const COMMS_PER_TURN: usize = 64;
+
+/// The target's CPU time is read this often (and at the end), so that a JVM that exits leaves
+/// its last reading; reading it sums over every thread.
+const CPU_TIME_EVERY: Duration = Duration::from_secs(2);
 
 /// The profile of the samples taken in `[start_ns, end_ns)` (CLOCK_MONOTONIC), and its counts.
 pub struct Interval {
@@ -249,14 +258,17 @@ impl Engine {
         let start_ns = crate::profile::monotonic_now_ns();
         let cpu_at_start = live.process.cpu_time_ns();
         let sampler = Sampler::open_as(opts.pid, &config, strategy)?;
+        // Threads sampled before the engine's first turn, named at the end.
+        let mut comms = HashMap::default();
         if opts.wall.is_some() {
-            read_blocked_threads(
+            let blocked = read_blocked_threads(
                 &live.process,
                 &mut collected,
                 &mut walker,
                 opts.stack_size,
                 start_ns,
             );
+            comms.extend(blocked.into_iter().map(|tid| (tid, String::new())));
         }
         let warming = Some(WarmingSymbols::start(&walker.native));
         Ok(Engine {
@@ -284,9 +296,11 @@ impl Engine {
             cpu_time: CpuTime {
                 start: cpu_at_start,
                 last: cpu_at_start,
+                read: Instant::now(),
             },
-            comms: HashMap::default(),
+            comms,
             new_tids: Vec::new(),
+            comms_unread: Vec::new(),
             interval_cpu: cpu_at_start,
         })
     }
@@ -298,6 +312,11 @@ impl Engine {
         if self.ended.is_some() {
             return Ok(());
         }
+        // Threads still to open are opened between drains: no waiting meanwhile.
+        let timeout = match self.sampler.has_pending_threads() {
+            true => Duration::ZERO,
+            false => timeout,
+        };
         let (collected, walker) = (&mut self.collected, &mut self.walker);
         let (comms, new_tids) = (&self.comms, &mut self.new_tids);
         let polled = self.sampler.poll(timeout, &mut |s| {
@@ -311,8 +330,18 @@ impl Engine {
             return Ok(());
         }
         for tid in self.new_tids.drain(..) {
-            let comm = self.live.process.thread_comm(tid);
-            self.comms.insert(tid, comm.unwrap_or_default());
+            self.comms.insert(tid, String::new());
+            self.comms_unread.push(tid);
+        }
+        // A bounded number a turn: a JVM's first turn may bring thousands of threads.
+        let unread = self.comms_unread.len();
+        for tid in self
+            .comms_unread
+            .drain(unread.saturating_sub(COMMS_PER_TURN)..)
+        {
+            if let Some(comm) = self.live.process.thread_comm(tid) {
+                self.comms.insert(tid, comm);
+            }
         }
         let now = crate::profile::monotonic_now_ns();
         self.collected
@@ -329,6 +358,7 @@ impl Engine {
             self.collected.code_changed();
         }
         self.follow_new_threads();
+        self.sampler.open_pending_threads();
         if self.warming.as_ref().is_some_and(|w| w.is_finished()) {
             self.symbolizer = self.warming.take().map(|w| self.ready_symbolizer(w));
         }
@@ -338,8 +368,11 @@ impl Engine {
         if self.last_rescan.elapsed() > RESCAN_EVERY {
             self.last_rescan = Instant::now();
             self.sampler.rescan_threads();
-            if let Some(cpu) = self.live.process.cpu_time_ns() {
-                self.cpu_time.last = Some(cpu);
+            if self.cpu_time.read.elapsed() > CPU_TIME_EVERY {
+                self.cpu_time.read = Instant::now();
+                if let Some(cpu) = self.live.process.cpu_time_ns() {
+                    self.cpu_time.last = Some(cpu);
+                }
             }
             if !self.live.process.is_alive() {
                 self.ended = Some(format!("process {} exited", self.pid));
@@ -356,15 +389,24 @@ impl Engine {
     }
 
     /// The shim reports tids of the target's pid namespace; perf wants ours.
+    /// Per CPU every thread is sampled already. Outside a pid namespace the tids are ours, and
+    /// the map is not read: that lists every thread (~0.2 s for 3000 threads).
     fn follow_new_threads(&mut self) {
         let state = &self.live.state;
-        if state.threads_started == self.known_threads {
+        if state.threads_started == self.known_threads || !self.sampler.follows_threads() {
             return;
         }
         self.known_threads = state.threads_started;
-        let map = self.live.process.ns_tid_map();
-        for tid in state.thread_names.keys().filter_map(|t| map.get(t)) {
-            let _ = self.sampler.add_thread(*tid);
+        let process = &self.live.process;
+        let map = (process.nspid != process.pid).then(|| process.ns_tid_map());
+        for &ns_tid in state.thread_names.keys() {
+            let tid = match &map {
+                Some(map) => map.get(&ns_tid).copied(),
+                None => Some(ns_tid),
+            };
+            if let Some(tid) = tid {
+                let _ = self.sampler.add_thread(tid);
+            }
         }
     }
 
@@ -601,40 +643,38 @@ impl Engine {
         self.name_threads(profile);
     }
 
-    /// Thread names from `/proc` (comm), overridden by the JVM's own (from the shim).
+    /// Names of the threads sampled: from `/proc` (comm) when first sampled, or now, and as they
+    /// changed (per CPU: COMM records), overridden by the JVM's own (from the shim).
     fn name_threads(&self, profile: &mut Profile) {
         let process = &self.live.process;
-        // Names read when a thread was first sampled, then names it took later (per CPU: COMM
-        // records, also of threads that ended since), then those of threads alive now.
-        profile.thread_names.extend(
-            self.comms
-                .iter()
-                .filter(|(_, name)| !name.is_empty())
-                .map(|(&tid, name)| (tid, name.clone())),
-        );
+        for (&tid, comm) in &self.comms {
+            let comm = match comm.is_empty() {
+                true => process.thread_comm(tid),
+                false => Some(comm.clone()),
+            };
+            if let Some(comm) = comm {
+                profile.thread_names.insert(tid, comm);
+            }
+        }
         if let Some(names) = self.sampler.thread_names() {
             profile
                 .thread_names
                 .extend(names.iter().map(|(&tid, name)| (tid, name.clone())));
         }
-        for tid in process.threads() {
-            if let Some(comm) = process.thread_comm(tid) {
-                profile.thread_names.insert(tid, comm);
-            }
-        }
-        // Ended threads' tids are no longer in the target: they are ours only outside a pid
-        // namespace, where they are the same.
-        let ns_tids = process.ns_tid_map();
+        // The shim names threads by their tid in the target's pid namespace. Ended threads' tids
+        // are no longer there: they are ours only outside a pid namespace, where they are the
+        // same (and the map, which lists every thread, is not read).
+        let ns_tids = (process.nspid != process.pid).then(|| process.ns_tid_map());
         let state = &self.live.state;
         let ended = state.ended_thread_names.iter().map(|(t, n)| (*t, n));
         profile.thread_names.extend(
             ended
                 .chain(state.thread_names.iter().map(|(t, n)| (*t, n)))
                 .filter_map(|(ns_tid, name)| {
-                    let tid = ns_tids
-                        .get(&ns_tid)
-                        .copied()
-                        .or_else(|| (process.nspid == process.pid).then_some(ns_tid))?;
+                    let tid = match &ns_tids {
+                        Some(map) => *map.get(&ns_tid)?,
+                        None => ns_tid,
+                    };
                     Some((tid, name.clone()))
                 }),
         );
@@ -643,14 +683,15 @@ impl Engine {
 
 /// Wall-clock mode: the stacks of the target's threads blocked at `start_ns` (just after the
 /// events were enabled), read from outside without stopping them; a thread woken since is left
-/// to its switch records.
+/// to its switch records. Returns the threads read.
 fn read_blocked_threads(
     process: &TargetProcess,
     collected: &mut Collected,
     walker: &mut StackWalker,
     stack_size: u32,
     start_ns: u64,
-) {
+) -> Vec<u32> {
+    let mut read = Vec::new();
     for tid in process.threads() {
         let Some(snapshot) = freeze::blocked(process.pid, tid, stack_size as usize) else {
             continue;
@@ -666,5 +707,7 @@ fn read_blocked_threads(
             in_kernel: true,
         };
         collected.add_blocked_at_start(walker, &sample);
+        read.push(tid);
     }
+    read
 }

@@ -102,8 +102,12 @@ impl TargetProcess {
     }
 
     /// The process still exists and is not a zombie.
+    /// Not exited, and not a zombie. Read from `status`, not `stat`: `stat` sums the CPU time of
+    /// every thread.
     pub fn is_alive(&self) -> bool {
-        proc_process(self.pid).is_ok_and(|p| p.is_alive())
+        proc_process(self.pid)
+            .and_then(|p| p.status())
+            .is_ok_and(|s| !s.state.starts_with(['Z', 'X']))
     }
 
     /// `/proc/<pid>/root`: the target's view of the file system (its mount namespace and chroot).

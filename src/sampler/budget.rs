@@ -17,6 +17,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// shim reads stretched by preemption); 250 ms rides out those with margin.
 pub(super) const BUSY_HOLD_MS: u64 = 250;
 
+/// A CPU's ring (per-CPU sampling) holds this much of that CPU's samples, whichever threads they
+/// are of: there are few such rings, and a JVM of thousands of runnable threads can keep jvmperf
+/// off a CPU for hundreds of milliseconds at a time (measured on `bench.ManyThreads` just after
+/// its start: drains 100–350 ms apart).
+pub(super) const CPU_HOLD_MS: u64 = 1000;
+
 /// Every thread's ring holds this much when it opens, idle or not: enough for a turn or two of
 /// a thread that turns busy, until the drain sees it and gives it a busy ring.
 pub(super) const BASE_HOLD_MS: u64 = 50;
@@ -26,12 +32,16 @@ pub(super) const BASE_HOLD_MS: u64 = 50;
 const MIN_BUSY_RECORDS: usize = 12;
 const MIN_BASE_RECORDS: usize = 4;
 
-/// A ring that holds fewer records drops a sample whenever a drain is late.
-const MIN_RECORDS: usize = 2;
+/// The smallest ring holds one record: where the budget is shared by thousands of threads (per-
+/// thread sampling), most of them idle, a ring of one record each leaves room for the busy ones
+/// to grow; a ring of two would take it all (3000 threads × 128 KiB with 32 KiB stacks).
+const MIN_RECORDS: usize = 1;
 
 /// Size caps per ring: a busy one (16 MiB is 100 ms at 5 kHz with 32 KiB stacks), and the one
 /// every thread gets to begin with.
 const MAX_BUSY_BYTES: usize = 16 << 20;
+/// Size cap of a CPU's ring: 1 s at 999 Hz with 32 KiB stacks.
+const MAX_CPU_BYTES: usize = 32 << 20;
 const MAX_BASE_BYTES: usize = 2 << 20;
 
 /// Ceiling on everything we lock where the kernel sets none, and its share of available memory.
@@ -159,6 +169,8 @@ pub struct RingPlan {
     /// Data pages (powers of two) of a busy thread's ring as wanted, and of every new thread's
     /// ring as wanted and as the budget allows.
     pub busy_pages: usize,
+    /// Data pages of a CPU's ring as wanted (per-CPU sampling).
+    pub cpu_pages: usize,
     pub wanted_base_pages: usize,
     pub base_pages: usize,
     /// The smallest ring worth opening: [`MIN_RECORDS`] records.
@@ -226,6 +238,7 @@ impl RingPlan {
         };
         let min_pages = ring(MIN_RECORDS, 0);
         let busy_pages = ring(records(BUSY_HOLD_MS, MIN_BUSY_RECORDS), MAX_BUSY_BYTES);
+        let cpu_pages = ring(records(CPU_HOLD_MS, MIN_BUSY_RECORDS), MAX_CPU_BYTES);
         let wanted_base_pages =
             ring(records(BASE_HOLD_MS, MIN_BASE_RECORDS), MAX_BASE_BYTES).min(busy_pages);
         let threads = planned_threads(threads);
@@ -237,6 +250,7 @@ impl RingPlan {
             record_bytes,
             frequency_hz,
             busy_pages,
+            cpu_pages,
             wanted_base_pages,
             base_pages,
             min_pages,
@@ -275,11 +289,11 @@ impl RingPlan {
         .max(current)
     }
 
-    /// Data pages of each of `cpus` per-CPU rings when `available` pages are left: a busy ring
-    /// each (every sample taken on the CPU lands there, whichever thread it is of), or an equal
-    /// share of what is left.
+    /// Data pages of each of `cpus` per-CPU rings when `available` pages are left: what
+    /// [`CPU_HOLD_MS`] needs (every sample taken on the CPU lands there, whichever thread it is
+    /// of), or an equal share of what is left.
     pub fn pages_per_cpu(&self, cpus: usize, available: usize) -> usize {
-        self.busy_pages
+        self.cpu_pages
             .min(ring_within(available / cpus.max(1)))
             .max(self.min_pages)
     }

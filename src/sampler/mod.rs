@@ -272,8 +272,8 @@ impl Strategy {
 }
 
 enum Strategies {
-    PerCpu(per_cpu::CpuSampler),
-    PerThread(per_thread::ThreadSampler),
+    PerCpu(Box<per_cpu::CpuSampler>),
+    PerThread(Box<per_thread::ThreadSampler>),
 }
 
 pub struct Sampler {
@@ -351,10 +351,10 @@ impl Sampler {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
             .map_err(|e| Error::new(ErrorKind::Internal, format!("epoll_create1: {e}")))?;
         let sampler = match strategy.kind {
-            Sampling::PerThread => {
-                Strategies::PerThread(per_thread::ThreadSampler::open(pid, config, epoll)?)
-            }
-            _ => Strategies::PerCpu(per_cpu::CpuSampler::open(pid, config, epoll)?),
+            Sampling::PerThread => Strategies::PerThread(Box::new(
+                per_thread::ThreadSampler::open(pid, config, epoll)?,
+            )),
+            _ => Strategies::PerCpu(Box::new(per_cpu::CpuSampler::open(pid, config, epoll)?)),
         };
         Ok(Sampler {
             pid,
@@ -430,14 +430,34 @@ impl Sampler {
         }
     }
 
-    /// Per thread: opens events for threads that appeared since the last scan; returns how many
-    /// were added. Failures are counted in [`SamplerStats::threads_failed`] and kept in
+    /// Per thread: finds threads that appeared since the last scan and opens a batch of those
+    /// waiting; returns how many were added. Failures are counted in [`SamplerStats::threads_failed`] and kept in
     /// [`Self::last_error`].
     pub fn rescan_threads(&mut self) -> usize {
         match &mut self.sampler {
             Strategies::PerCpu(_) => 0,
             Strategies::PerThread(s) => s.rescan_threads(),
         }
+    }
+
+    /// Whether threads must be added as they start ([`Self::add_thread`]): per thread only.
+    pub fn follows_threads(&self) -> bool {
+        matches!(self.sampler, Strategies::PerThread(_))
+    }
+
+    /// Per thread: opens a batch of the threads found and not opened yet (the events sample from
+    /// their open: their rings must be drained while the others open). Call it every turn.
+    pub fn open_pending_threads(&mut self) {
+        if let Strategies::PerThread(s) = &mut self.sampler {
+            if s.has_pending() {
+                let _ = s.open_pending();
+            }
+        }
+    }
+
+    /// Per thread: threads are found and not opened yet.
+    pub fn has_pending_threads(&self) -> bool {
+        matches!(&self.sampler, Strategies::PerThread(s) if s.has_pending())
     }
 
     /// The most recent failure to open or map a thread's event.

@@ -44,7 +44,7 @@ impl CpuSampler {
     pub fn open(pid: u32, config: &SamplerConfig, epoll: Epoll) -> Result<CpuSampler> {
         let cpus = online_cpus()?;
         let mut plan = config.ring_plan(cpus.len(), super::Host::current().budget());
-        let wanted = plan.busy_pages;
+        let wanted = plan.cpu_pages;
         let mut pages = plan.pages_per_cpu(cpus.len(), budget::available(&plan.budget));
         let mut attr = attr::event_attr(config);
         attr.sample_period = config.period_ns();
@@ -181,7 +181,7 @@ impl CpuSampler {
 
     /// One line saying that the rings are smaller than wanted, and why.
     pub fn ring_note(&self) -> Option<String> {
-        if self.pages >= self.plan.busy_pages {
+        if self.pages >= self.plan.cpu_pages {
             return None;
         }
         let why = if self.plan.refused {
@@ -196,7 +196,7 @@ impl CpuSampler {
             self.pages * self.plan.page_size / 1024,
             self.plan.hold_ms(self.pages),
             self.config.frequency_hz,
-            budget::BUSY_HOLD_MS,
+            budget::CPU_HOLD_MS,
             self.plan.budget.source,
         ))
     }

@@ -25,6 +25,10 @@ use std::os::fd::OwnedFd;
 /// mid-exit, or fds may be short for a moment).
 const OPEN_TRIES: u8 = 2;
 
+/// Time spent opening threads' events per turn of the engine (between drains): ~150 µs a thread
+/// (perf_event_open, the ring's mmap, epoll).
+const OPEN_BATCH: std::time::Duration = std::time::Duration::from_millis(25);
+
 /// A thread's first period is at least the full period divided by this.
 const FIRST_PERIOD_MAX_SPEEDUP: u64 = 32;
 
@@ -117,10 +121,15 @@ pub(super) struct ThreadSampler {
     stats: SamplerStats,
     /// Seeds the first periods.
     random: u64,
-    /// Reused buffers: a record that wraps around, decoded kernel ips, exited tids, busy tids.
+    /// Reused buffers: a record that wraps around, decoded kernel ips, busy tids.
     scratch: Vec<u8>,
     kernel_ips: Vec<u64>,
     busy: Vec<u32>,
+    /// Threads found and not yet opened.
+    pending: std::collections::VecDeque<u32>,
+    /// When threads were last listed, and what that took.
+    rescanned: std::time::Instant,
+    rescan_cost: std::time::Duration,
 }
 
 impl ThreadSampler {
@@ -145,11 +154,15 @@ impl ThreadSampler {
             random: crate::profile::monotonic_now_ns() ^ u64::from(pid) << 32,
             scratch: Vec::new(),
             kernel_ips: Vec::new(),
-
             busy: Vec::new(),
+            pending: busiest_first(pid, tids).into(),
+            rescanned: std::time::Instant::now(),
+            rescan_cost: std::time::Duration::ZERO,
         };
-        for tid in tids {
-            if let Err(e) = sampler.add_thread(tid) {
+        // The first batch now, the rest turn by turn between drains: the events sample from
+        // their open, and their rings must be drained while the others open.
+        while sampler.threads.is_empty() && !sampler.pending.is_empty() {
+            if let Err(e) = sampler.open_pending() {
                 // Nothing can be sampled: say why (permissions, the kernel).
                 if sampler.threads.is_empty() {
                     return Err(e);
@@ -388,20 +401,59 @@ impl ThreadSampler {
         self.stats.rings_grown += 1;
     }
 
-    /// Opens events for threads that appeared since the last scan; returns how many were added.
+    /// Finds threads that appeared since the last scan and opens a batch of those waiting (see
+    /// [`Self::open_pending`]); returns how many were added.
     pub fn rescan_threads(&mut self) -> usize {
+        // Listing /proc/<pid>/task takes the kernel time quadratic in the threads (~0.2 s for
+        // 3000): at most a tenth of the time goes to it.
+        if self.rescanned.elapsed() < self.rescan_cost * 10 {
+            return self.open_pending().unwrap_or(0);
+        }
+        let started = std::time::Instant::now();
         let Ok(tids) = super::list_threads(self.pid) else {
             return 0;
         };
+        self.rescan_cost = started.elapsed();
+        self.rescanned = std::time::Instant::now();
         // Forget failures of threads that are gone, so a reused tid gets a fresh try.
         self.failed.retain(|tid, _| tids.binary_search(tid).is_ok());
         // Memory freed since (threads exited) lets busy threads grow again.
         if budget::available(&self.plan.budget) > self.plan.busy_pages * 2 {
             self.threads.values_mut().for_each(|t| t.no_room = false);
         }
-        tids.into_iter()
-            .filter(|&tid| matches!(self.add_thread(tid), Ok(true)))
-            .count()
+        let pending: std::collections::HashSet<u32> = self.pending.iter().copied().collect();
+        let new = tids
+            .into_iter()
+            .filter(|tid| !self.threads.contains_key(tid) && !pending.contains(tid));
+        self.pending.extend(new);
+        self.open_pending().unwrap_or(0)
+    }
+
+    /// Opens events for the threads found and not yet opened, for up to [`OPEN_BATCH`]; returns
+    /// how many were added, or the batch's last failure when none was.
+    pub fn open_pending(&mut self) -> Result<usize> {
+        let mut added = 0;
+        let mut error = None;
+        let started = std::time::Instant::now();
+        while started.elapsed() < OPEN_BATCH {
+            let Some(tid) = self.pending.pop_front() else {
+                break;
+            };
+            match self.add_thread(tid) {
+                Ok(true) => added += 1,
+                Ok(false) => {}
+                Err(e) => error = Some(e),
+            }
+        }
+        match error {
+            Some(e) if added == 0 => Err(e),
+            _ => Ok(added),
+        }
+    }
+
+    /// Threads found and not opened yet.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
     }
 
     /// Drains every ring buffer, calling `sink` for each sample; events of the threads in
@@ -515,6 +567,23 @@ impl ThreadSampler {
             let _ = thread.set_enabled(enabled);
         }
     }
+}
+
+/// `tids` with those that used the most CPU so far first (`/proc/<pid>/task/<tid>/schedstat`:
+/// ns on a CPU), so that where opening every thread's event takes a while, the busy threads are
+/// sampled from the start.
+fn busiest_first(pid: u32, mut tids: Vec<u32>) -> Vec<u32> {
+    if tids.len() <= 64 {
+        return tids;
+    }
+    let runtime = |tid: &u32| -> u64 {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    tids.sort_by_cached_key(|tid| std::cmp::Reverse(runtime(tid)));
+    tids
 }
 
 /// Why a thread's event could not be opened.

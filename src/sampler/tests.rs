@@ -505,14 +505,14 @@ fn threads_past_the_plan_get_smaller_rings_not_none() {
         sizes.push(pages);
     }
     // The planned threads (and more: busy rings have half the budget) get the base size, the
-    // next ones smaller and smaller rings, down to two records.
+    // next ones smaller and smaller rings, down to one record.
     assert!(sizes[..p.threads].iter().all(|&s| s == p.base_pages));
     assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "{sizes:?}");
     assert_eq!(*sizes.last().unwrap(), p.min_pages);
-    assert!(p.min_pages * p.page_size >= 2 * (32768 + 200));
+    assert!(p.min_pages * p.page_size >= 32768 + 200);
     assert!(sizes.len() > p.threads + 10, "{} rings", sizes.len());
     let note = p.note(available, sizes.len()).expect("a note");
-    assert!(note.contains("128 KiB for the others"), "{note}");
+    assert!(note.contains("64 KiB for the others"), "{note}");
 }
 
 #[test]

@@ -166,8 +166,7 @@ impl Target {
     /// to it.
     pub fn wait_for_work_after(&mut self, end: u64) -> Result<()> {
         let mut waited = Duration::ZERO;
-        while !self.log.0.last().is_some_and(|w| w.nanos > end) && waited < Duration::from_secs(30)
-        {
+        while self.log.0.last().is_none_or(|w| w.nanos <= end) && waited < Duration::from_secs(30) {
             self.idle(SETTLE)?;
             waited += SETTLE;
         }

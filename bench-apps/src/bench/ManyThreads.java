@@ -14,12 +14,12 @@ import java.util.concurrent.atomic.AtomicLong;
  *       random), then run {@link #poolWork} for {@code --burst-us} (default 50) µs of their own CPU
  *       time;
  *   <li>{@code --busy M} threads ({@code busy-<i>}, default 4) run {@link #busyWork} all the time;
- *   <li>with {@code --short-lived}, a spawner starts a thread ({@code short-<i>}) every 20 ms that
+ *   <li>with {@code --short-lived}, a spawner starts a thread ({@code short-<i>}) every 40 ms that
  *       runs {@link #shortLivedWork} for 20–50 ms of its own CPU time and ends.
  * </ul>
  *
  * <p>Each thread measures its own CPU time ({@link ThreadMXBean#getCurrentThreadCpuTime}) around
- * its work and adds it to its group. Prints {@code READY} once every thread has started, then every
+ * its work and adds it to its group. Prints {@code READY} 3 s after every thread has started, then every
  * 100 ms {@code GT <System.nanoTime()> pool=<ns> busy=<ns> short=<ns>}: cumulative CPU ns per
  * group since start.
  *
@@ -37,32 +37,37 @@ public final class ManyThreads {
         return MX.getCurrentThreadCpuTime();
     }
 
-    /** Spins for {@code ns} of this thread's CPU time; returns the CPU time it took. */
-    static long spin(long ns, long seed) {
+    /**
+     * Spins for {@code ns} of this thread's CPU time, adding what it used to {@code group} as it
+     * goes (so the ground truth never lags a thread's work by more than ~30 µs).
+     */
+    static void spin(long ns, AtomicLong group) {
         long start = cpu();
-        long x = seed;
-        long used;
+        long last = start;
+        long x = Thread.currentThread().getId();
+        long now;
         do {
             for (int i = 0; i < 20000; i++) {
                 x = x * 6364136223846793005L + 1442695040888963407L;
                 x ^= x >>> 29;
             }
-            used = cpu() - start;
-        } while (used < ns);
+            now = cpu();
+            group.addAndGet(now - last);
+            last = now;
+        } while (now - start < ns);
         sink = x;
-        return used;
     }
 
     static void poolWork(long burstNs) {
-        POOL_NS.addAndGet(spin(burstNs, Thread.currentThread().getId()));
+        spin(burstNs, POOL_NS);
     }
 
     static void busyWork() {
-        BUSY_NS.addAndGet(spin(1_000_000, Thread.currentThread().getId()));
+        spin(1_000_000, BUSY_NS);
     }
 
     static void shortLivedWork(long ns) {
-        SHORT_NS.addAndGet(spin(ns, Thread.currentThread().getId()));
+        spin(ns, SHORT_NS);
     }
 
     static Thread daemon(String name, Runnable body) {
@@ -94,7 +99,7 @@ public final class ManyThreads {
         final long burst = burstNs;
         // Compiled before thousands of threads run it: interpreted, a burst would take ms.
         for (int i = 0; i < 200; i++) {
-            spin(1_000_000, i);
+            spin(1_000_000, new AtomicLong());
         }
         for (int i = 0; i < pool; i++) {
             daemon("pool-" + i, () -> {
@@ -123,13 +128,15 @@ public final class ManyThreads {
                     long ns = (20 + random.nextInt(31)) * 1_000_000L;
                     daemon("short-" + n, () -> shortLivedWork(ns));
                     try {
-                        Thread.sleep(20);
+                        Thread.sleep(40);
                     } catch (InterruptedException e) {
                         return;
                     }
                 }
             });
         }
+        // The first seconds of thousands of threads (their first bursts, the JIT) are not steady.
+        Thread.sleep(3000);
         System.out.println("READY");
         long end = seconds < 0 ? Long.MAX_VALUE : System.nanoTime() + seconds * 1_000_000_000L;
         while (System.nanoTime() < end) {
