@@ -33,10 +33,13 @@ fn start_contained() -> Contained {
     let java = java_home().join("bin/java");
     // A new mount + pid namespace; /tmp replaced by a private tmpfs, so the JVM's attach socket, the
     // shim and jvmperf's socket live where only /proc/<pid>/root reaches them.
-    // The classes may themselves live under /tmp (a CI checkout): bind them to /mnt first.
+    // The classes may themselves live under /tmp (a CI checkout): bind them to /mnt first, and
+    // jvmperf's directory to /srv (for jvmperf run inside the namespaces).
     let script = format!(
-        "mount --bind {} /mnt && mount -t tmpfs tmpfs /tmp && exec {} -cp /mnt bench.InlineHot",
+        "mount --bind {} /mnt && mount --bind {} /srv && mount -t tmpfs tmpfs /tmp && exec {} \
+         -cp /mnt bench.InlineHot",
         classes.display(),
+        jvmperf_dir().display(),
         java.display()
     );
     let child = Command::new("unshare")
@@ -87,6 +90,67 @@ fn start_contained() -> Contained {
     }
 }
 
+fn jvmperf_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_BIN_EXE_jvmperf"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Samples of `bench.InlineHot.hotLoop` on its main thread in collapsed `text`.
+fn hot_loop_samples(text: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.contains("bench.InlineHot.hotLoop_[j]") && l.starts_with("java;"))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum()
+}
+
+/// jvmperf inside the JVM's pid and mount namespaces, as in its container (root there, which
+/// includes CAP_PERFMON): per-CPU events report pids and tids as that namespace numbers them, and
+/// jvmperf finds the JVM by the pid it has there.
+#[test]
+fn profiles_per_cpu_from_inside_the_jvms_namespaces() {
+    let c = start_contained();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", c.jvm_pid)).unwrap();
+    let ns_pid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .and_then(|ids| ids.split_whitespace().last())
+        .unwrap()
+        .to_string();
+    let out = Command::new("nsenter")
+        .args(["-t", &c.jvm_pid.to_string(), "-p", "-m", "--"])
+        .args([
+            "/srv/jvmperf",
+            "record",
+            "-p",
+            &ns_pid,
+            "-d",
+            "3",
+            "-F",
+            "199",
+        ])
+        .args([
+            "--sampling",
+            "per-cpu",
+            "--threads",
+            "-o",
+            "/tmp/in-ns.collapsed",
+        ])
+        .output()
+        .expect("nsenter");
+    let err = stderr_of(&out);
+    assert!(out.status.success(), "record inside the namespaces: {err}");
+    assert!(err.contains("sampling per CPU"), "{err}");
+    let file = format!("/proc/{}/root/tmp/in-ns.collapsed", c.jvm_pid);
+    let text = std::fs::read_to_string(file).unwrap();
+    let hot = hot_loop_samples(&text);
+    assert!(
+        hot > 100,
+        "hot loop samples on the main thread: {hot}\n{text}"
+    );
+}
+
 #[test]
 fn profiles_a_jvm_in_its_own_mount_and_pid_namespace() {
     let c = start_contained();
@@ -120,11 +184,7 @@ fn profiles_a_jvm_in_its_own_mount_and_pid_namespace() {
     ]);
     assert!(out.status.success(), "record: {}", stderr_of(&out));
     let text = std::fs::read_to_string(&file).unwrap();
-    let hot: u64 = text
-        .lines()
-        .filter(|l| l.contains("bench.InlineHot.hotLoop_[j]") && l.starts_with("java;"))
-        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
-        .sum();
+    let hot = hot_loop_samples(&text);
     assert!(
         hot > 100,
         "hot loop samples on the main thread: {hot}\n{text}"

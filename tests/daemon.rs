@@ -142,15 +142,26 @@ fn daemon_profiles_every_matching_jvm_per_interval_and_flushes_on_sigterm() {
     wait_for(&daemon, "an interval of the JVM started later", cap, || {
         !files_of(&dir, after.pid).is_empty()
     });
-    let refused = format!("not profiling JVM {} (bench.InlineHot)", refusing.pid);
-    wait_for(&daemon, "the refusing JVM's reason", cap, || {
-        daemon.log_text().contains(&refused)
-    });
+    // A JVM that refuses attach is profiled without the agent, saying why once.
+    let refused = format!("profiling JVM {} (bench.InlineHot", refusing.pid);
+    wait_for(
+        &daemon,
+        "an interval of the JVM refusing attach",
+        cap,
+        || !files_of(&dir, refusing.pid).is_empty(),
+    );
     let log = daemon.log_text();
+    // As root: one set of per-CPU events for every JVM.
+    assert!(
+        log.contains("sampling per CPU: one event per CPU for every JVM"),
+        "{log}"
+    );
     let line = log.lines().find(|l| l.contains(&refused)).unwrap();
-    assert!(line.contains("DisableAttachMechanism"), "{line}");
+    assert!(
+        line.contains("without the agent") && line.contains("DisableAttachMechanism"),
+        "{line}"
+    );
     assert_eq!(log.matches(&refused).count(), 1, "logged once: {log}");
-    assert!(files_of(&dir, refusing.pid).is_empty());
     let exited = format!("stopped profiling JVM {} (bench.Throughput)", exiting.pid);
     wait_for(&daemon, "the exiting JVM's last interval", cap, || {
         daemon.log_text().contains(&exited)

@@ -106,6 +106,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         keep_sample_times: false,
         wall: opts.wall.then_some(Wall { idle: opts.idle }),
         sampling: opts.sampling,
+        host: None,
     })?;
     if let Some(why) = engine.agentless() {
         eprintln!(

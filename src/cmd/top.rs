@@ -77,6 +77,7 @@ pub fn run(opts: &TopOptions) -> Result<()> {
         agent: Agent::Fallback,
         wall: opts.wall.then_some(Wall { idle: false }),
         sampling: opts.sampling,
+        host: None,
     })?;
     let mut view = View {
         pid: opts.pid,

@@ -19,7 +19,7 @@ use crate::output::SampleSpill;
 use crate::process::{freeze, TargetProcess};
 use crate::profile::Profile;
 use crate::sampler::{
-    Sample, SampleKind, Sampler, SamplerConfig, SamplerStats, Sampling, Strategy,
+    HostSampler, Sample, SampleKind, Sampler, SamplerConfig, SamplerStats, Sampling, Strategy,
 };
 use crate::shim::protocol::{self, ShimStats};
 use crate::symbolize::{Symbolizer, WarmingSymbols};
@@ -27,6 +27,7 @@ use crate::walker::StackWalker;
 use collect::Collected;
 use foldhash::HashMap;
 use naming::Named;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub struct EngineOptions {
@@ -50,6 +51,8 @@ pub struct EngineOptions {
     pub wall: Option<Wall>,
     /// Per CPU or per thread ([`Sampling::Auto`]: per CPU where allowed).
     pub sampling: Sampling,
+    /// Per-CPU events shared with other engines (the daemon's), instead of events of its own.
+    pub host: Option<Arc<HostSampler>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,8 +64,6 @@ pub struct Wall {
 /// Whether the shim is loaded into the JVM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Agent {
-    /// Attach, or fail.
-    Required,
     /// Attach; if the JVM cannot be attached (stuck before a safepoint, attach disabled), profile
     /// it without the agent.
     Fallback,
@@ -116,6 +117,14 @@ pub struct Engine {
     comms_unread: Vec<u32>,
     /// The target's CPU time where the interval not yet taken starts.
     interval_cpu: Option<u64>,
+}
+
+/// Where an engine's samples come from.
+enum Events {
+    /// Events of its own, of this strategy.
+    Own(Strategy),
+    /// Per-CPU events shared with other engines.
+    Shared(Arc<HostSampler>),
 }
 
 /// The target's CPU time (all threads, ended ones included) when sampling started, and when last
@@ -231,9 +240,11 @@ impl Engine {
             sampling: opts.sampling,
             ..Default::default()
         };
-        let strategy = Sampler::choose(opts.pid, &config)?;
+        let events = match opts.host {
+            Some(host) => Events::Shared(host),
+            None => Events::Own(Sampler::choose(opts.pid, &config)?),
+        };
         let (live, agentless) = match opts.agent {
-            Agent::Required => (LiveJvm::attach(opts.pid)?, None),
             Agent::Off => (
                 LiveJvm::without_agent(opts.pid)?,
                 Some("--no-agent".to_string()),
@@ -257,7 +268,10 @@ impl Engine {
         // Opened after the attach, enabled: no sample from before the start, no enable per thread.
         let start_ns = crate::profile::monotonic_now_ns();
         let cpu_at_start = live.process.cpu_time_ns();
-        let sampler = Sampler::open_as(opts.pid, &config, strategy)?;
+        let sampler = match events {
+            Events::Shared(host) => Sampler::shared(opts.pid, &config, host),
+            Events::Own(strategy) => Sampler::open_as(opts.pid, &config, strategy)?,
+        };
         // Threads sampled before the engine's first turn, named at the end.
         let mut comms = HashMap::default();
         if opts.wall.is_some() {
@@ -656,11 +670,7 @@ impl Engine {
                 profile.thread_names.insert(tid, comm);
             }
         }
-        if let Some(names) = self.sampler.thread_names() {
-            profile
-                .thread_names
-                .extend(names.iter().map(|(&tid, name)| (tid, name.clone())));
-        }
+        profile.thread_names.extend(self.sampler.thread_names());
         // The shim names threads by their tid in the target's pid namespace. Ended threads' tids
         // are no longer there: they are ours only outside a pid namespace, where they are the
         // same (and the map, which lists every thread, is not read).

@@ -7,6 +7,7 @@
 mod attr;
 mod budget;
 mod event;
+mod host;
 mod per_cpu;
 mod per_thread;
 mod record;
@@ -15,6 +16,7 @@ mod ring;
 mod tests;
 
 pub use budget::{Budget, Host, RingPlan};
+pub use host::HostSampler;
 pub use record::{RecordLayout, Regs, Sample, SampleKind};
 
 use crate::error::{err, Error, ErrorKind, Result};
@@ -272,8 +274,10 @@ impl Strategy {
 }
 
 enum Strategies {
-    PerCpu(Box<per_cpu::CpuSampler>),
+    PerCpu(Box<per_cpu::CpuSampler>, per_cpu::ProcessFilter),
     PerThread(Box<per_thread::ThreadSampler>),
+    /// The daemon's per-CPU events, shared with the other JVMs it profiles.
+    Shared(host::SharedSource),
 }
 
 pub struct Sampler {
@@ -354,7 +358,10 @@ impl Sampler {
             Sampling::PerThread => Strategies::PerThread(Box::new(
                 per_thread::ThreadSampler::open(pid, config, epoll)?,
             )),
-            _ => Strategies::PerCpu(Box::new(per_cpu::CpuSampler::open(pid, config, epoll)?)),
+            _ => Strategies::PerCpu(
+                Box::new(per_cpu::CpuSampler::open(config, epoll)?),
+                per_cpu::ProcessFilter::new(pid),
+            ),
         };
         Ok(Sampler {
             pid,
@@ -364,6 +371,22 @@ impl Sampler {
             events: vec![EpollEvent::empty(); 64],
             hung_up: Vec::new(),
         })
+    }
+
+    /// Samples process `pid` through `host`'s per-CPU events (the daemon's, shared by every JVM
+    /// it profiles), from now on.
+    pub fn shared(pid: u32, config: &SamplerConfig, host: std::sync::Arc<HostSampler>) -> Sampler {
+        Sampler {
+            pid,
+            config: config.clone(),
+            strategy: Strategy {
+                kind: Sampling::PerCpu,
+                why: "the daemon's events, one per CPU for every JVM it profiles".to_string(),
+            },
+            sampler: Strategies::Shared(host::SharedSource::new(host, pid)),
+            events: vec![EpollEvent::empty(); 64],
+            hung_up: Vec::new(),
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -379,23 +402,25 @@ impl Sampler {
     /// `perf_event_paranoid` restricts us to user time, which then goes unsampled.
     pub fn samples_kernel_time(&self) -> bool {
         match &self.sampler {
-            Strategies::PerCpu(s) => s.samples_kernel_time(),
+            Strategies::PerCpu(s, _) => s.samples_kernel_time(),
             Strategies::PerThread(s) => s.samples_kernel_time(),
+            Strategies::Shared(s) => s.samples_kernel_time(),
         }
     }
 
     /// How the ring buffers were sized.
     pub fn ring_plan(&self) -> &RingPlan {
         match &self.sampler {
-            Strategies::PerCpu(s) => &s.plan,
+            Strategies::PerCpu(s, _) => &s.plan,
             Strategies::PerThread(s) => &s.plan,
+            Strategies::Shared(s) => s.plan(),
         }
     }
 
     /// Bytes of thread `tid`'s ring buffer now (data pages only), per-thread sampling only.
     pub fn thread_ring_bytes(&self, tid: u32) -> Option<usize> {
         match &self.sampler {
-            Strategies::PerCpu(_) => None,
+            Strategies::PerCpu(..) | Strategies::Shared(_) => None,
             Strategies::PerThread(s) => s.thread_ring_bytes(tid),
         }
     }
@@ -404,7 +429,8 @@ impl Sampler {
     /// when they are as large as wanted.
     pub fn ring_note(&self) -> Option<String> {
         match &self.sampler {
-            Strategies::PerCpu(s) => s.ring_note(),
+            Strategies::PerCpu(s, _) => s.ring_note(),
+            Strategies::Shared(s) => s.ring_note(),
             Strategies::PerThread(s) => s
                 .plan
                 .note(budget::available(&s.plan.budget), s.threads_open()),
@@ -413,10 +439,11 @@ impl Sampler {
 
     /// Names the target's threads took while sampled, where the strategy sees them (per CPU:
     /// COMM records, which also name threads that ended since).
-    pub fn thread_names(&self) -> Option<&std::collections::HashMap<u32, String>> {
+    pub fn thread_names(&self) -> std::collections::HashMap<u32, String> {
         match &self.sampler {
-            Strategies::PerCpu(s) => Some(s.thread_names()),
-            Strategies::PerThread(_) => None,
+            Strategies::PerCpu(_, filter) => filter.names.clone(),
+            Strategies::PerThread(_) => Default::default(),
+            Strategies::Shared(s) => s.thread_names(),
         }
     }
 
@@ -425,7 +452,7 @@ impl Sampler {
     /// (any more), or failed before.
     pub fn add_thread(&mut self, tid: u32) -> Result<bool> {
         match &mut self.sampler {
-            Strategies::PerCpu(_) => Ok(false),
+            Strategies::PerCpu(..) | Strategies::Shared(_) => Ok(false),
             Strategies::PerThread(s) => s.add_thread(tid),
         }
     }
@@ -435,7 +462,7 @@ impl Sampler {
     /// [`Self::last_error`].
     pub fn rescan_threads(&mut self) -> usize {
         match &mut self.sampler {
-            Strategies::PerCpu(_) => 0,
+            Strategies::PerCpu(..) | Strategies::Shared(_) => 0,
             Strategies::PerThread(s) => s.rescan_threads(),
         }
     }
@@ -463,7 +490,7 @@ impl Sampler {
     /// The most recent failure to open or map a thread's event.
     pub fn last_error(&self) -> Option<&Error> {
         match &self.sampler {
-            Strategies::PerCpu(_) => None,
+            Strategies::PerCpu(..) | Strategies::Shared(_) => None,
             Strategies::PerThread(s) => s.last_error(),
         }
     }
@@ -473,9 +500,10 @@ impl Sampler {
     /// are closed.
     pub fn poll(&mut self, timeout: Duration, sink: &mut dyn FnMut(&Sample<'_>)) -> Result<()> {
         let millis = i32::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
-        let epoll = match &self.sampler {
-            Strategies::PerCpu(s) => s.epoll(),
+        let epoll = match &mut self.sampler {
+            Strategies::PerCpu(s, _) => s.epoll(),
             Strategies::PerThread(s) => s.epoll(),
+            Strategies::Shared(s) => return s.poll(timeout, sink),
         };
         let ready = match epoll.wait(
             &mut self.events,
@@ -495,16 +523,21 @@ impl Sampler {
             }
         }
         match &mut self.sampler {
-            Strategies::PerCpu(s) => s.drain_all(sink),
+            Strategies::PerCpu(s, filter) => s.drain_all(&mut |r| filter.take(r, sink)),
             Strategies::PerThread(s) => s.drain_all(&self.hung_up, sink),
+            Strategies::Shared(_) => {}
         }
         Ok(())
     }
 
     pub fn stats(&self) -> SamplerStats {
         match &self.sampler {
-            Strategies::PerCpu(s) => s.stats(),
+            Strategies::PerCpu(s, filter) => SamplerStats {
+                threads_open: filter.threads_sampled(),
+                ..s.stats()
+            },
             Strategies::PerThread(s) => s.stats(),
+            Strategies::Shared(s) => s.stats(),
         }
     }
 
@@ -524,8 +557,9 @@ impl Sampler {
         config.validate()?;
         self.config = config.clone();
         match &mut self.sampler {
-            Strategies::PerCpu(s) => s.set_period(config),
+            Strategies::PerCpu(s, _) => s.set_period(config),
             Strategies::PerThread(s) => s.set_period(config),
+            Strategies::Shared(s) => s.set_period(config),
         }
         Ok(())
     }
@@ -542,8 +576,10 @@ impl Sampler {
 
     fn set_enabled(&mut self, enabled: bool) {
         match &mut self.sampler {
-            Strategies::PerCpu(s) => s.set_enabled(enabled),
+            Strategies::PerCpu(s, _) => s.set_enabled(enabled),
             Strategies::PerThread(s) => s.set_enabled(enabled),
+            // Other JVMs go on: this one's samples are taken until its engine ends.
+            Strategies::Shared(_) => {}
         }
     }
 }

@@ -19,7 +19,6 @@ use perf_event_open_sys::bindings::perf_event_attr;
 use std::collections::{HashMap, HashSet};
 
 pub(super) struct CpuSampler {
-    pid: u32,
     config: SamplerConfig,
     attr: perf_event_attr,
     cpus: Vec<MappedEvent>,
@@ -28,20 +27,58 @@ pub(super) struct CpuSampler {
     pages: usize,
     epoll: Epoll,
     stats: SamplerStats,
-    /// Threads of the target sampled so far.
-    sampled: HashSet<u32>,
-    /// Names the target's threads took while sampled (COMM records).
-    names: HashMap<u32, String>,
-    /// Samples of other processes, dropped.
-    pub foreign: u64,
     scratch: Vec<u8>,
     kernel_ips: Vec<u64>,
+}
+
+/// The records of one process among those of every CPU.
+#[derive(Default)]
+pub(super) struct ProcessFilter {
+    pid: u32,
+    /// Its threads sampled so far.
+    sampled: HashSet<u32>,
+    /// Names its threads took while sampled (COMM records).
+    pub names: HashMap<u32, String>,
+}
+
+impl ProcessFilter {
+    pub fn new(pid: u32) -> ProcessFilter {
+        ProcessFilter {
+            pid,
+            ..ProcessFilter::default()
+        }
+    }
+
+    pub fn threads_sampled(&self) -> usize {
+        self.sampled.len()
+    }
+
+    /// Hands `record` to `sink` if it is of this process (names are kept); whether a sample was.
+    pub fn take(&mut self, record: &ParsedRecord<'_>, sink: &mut dyn FnMut(&Sample<'_>)) -> bool {
+        match record {
+            ParsedRecord::Sample(s) if s.pid == self.pid => {
+                self.sampled.insert(s.tid);
+                sink(s);
+                true
+            }
+            ParsedRecord::Comm { pid, tid, name } if *pid == self.pid => {
+                self.names
+                    .insert(*tid, String::from_utf8_lossy(name).into_owned());
+                false
+            }
+            ParsedRecord::SwitchIn { pid, tid, time } if *pid == self.pid => {
+                sink(&switch_in(*pid, *tid, *time));
+                false
+            }
+            _ => false,
+        }
+    }
 }
 
 impl CpuSampler {
     /// Opens an event, enabled, on every online CPU. Fails with [`ErrorKind::Permission`] where
     /// per-CPU events are not allowed.
-    pub fn open(pid: u32, config: &SamplerConfig, epoll: Epoll) -> Result<CpuSampler> {
+    pub fn open(config: &SamplerConfig, epoll: Epoll) -> Result<CpuSampler> {
         let cpus = online_cpus()?;
         let mut plan = config.ring_plan(cpus.len(), super::Host::current().budget());
         let wanted = plan.cpu_pages;
@@ -83,7 +120,6 @@ impl CpuSampler {
             events.push(MappedEvent::new(fd, ring, pages, layout));
         }
         Ok(CpuSampler {
-            pid,
             config: config.clone(),
             attr,
             cpus: events,
@@ -91,9 +127,6 @@ impl CpuSampler {
             pages,
             epoll,
             stats: SamplerStats::default(),
-            sampled: HashSet::new(),
-            names: HashMap::new(),
-            foreign: 0,
             scratch: Vec::new(),
             kernel_ips: Vec::new(),
         })
@@ -107,55 +140,24 @@ impl CpuSampler {
         &self.epoll
     }
 
-    /// Names the target's threads took while sampled.
-    pub fn thread_names(&self) -> &HashMap<u32, String> {
-        &self.names
-    }
-
-    /// Drains every CPU's ring, calling `sink` for each sample of the target.
-    pub fn drain_all(&mut self, sink: &mut dyn FnMut(&Sample<'_>)) {
+    /// Drains every CPU's ring, handing each sample, switch-in and thread name to `on_record`,
+    /// which says whether it took a sample (the others are dropped: other processes').
+    pub fn drain_all(&mut self, on_record: &mut dyn FnMut(&ParsedRecord<'_>) -> bool) {
         let CpuSampler {
-            pid,
             cpus,
             stats,
-            sampled,
-            names,
-            foreign,
             scratch,
             kernel_ips,
             ..
         } = self;
-        let pid = *pid;
         for event in cpus.iter_mut() {
-            let drained = event.drain(scratch, kernel_ips, stats, &mut |record| match record {
-                ParsedRecord::Sample(s) if s.pid == pid => {
-                    sampled.insert(s.tid);
-                    sink(s);
-                    true
-                }
-                ParsedRecord::Sample(_) => {
-                    *foreign += 1;
-                    false
-                }
-                ParsedRecord::Comm { pid: p, tid, name } if *p == pid => {
-                    names.insert(*tid, String::from_utf8_lossy(name).into_owned());
-                    false
-                }
-                ParsedRecord::SwitchIn { pid: p, tid, time } if *p == pid => {
-                    sink(&switch_in(*p, *tid, *time));
-                    false
-                }
-                _ => false,
-            });
+            let drained = event.drain(scratch, kernel_ips, stats, on_record);
             stats.lost += drained.lost;
         }
     }
 
     pub fn stats(&self) -> SamplerStats {
-        SamplerStats {
-            threads_open: self.sampled.len(),
-            ..self.stats
-        }
+        self.stats
     }
 
     /// The period of every CPU's event from now on.

@@ -890,7 +890,7 @@ fn per_cpu_events_sample_short_lived_threads_by_name_and_no_other_process() {
         per_thread.iter().all(|&n| (15..=45).contains(&n)),
         "samples per 30 ms thread: {per_thread:?}"
     );
-    let names = sampler.thread_names().unwrap();
+    let names = sampler.thread_names();
     assert!(
         tids.iter()
             .all(|tid| names.get(tid).map(String::as_str) == Some("short-lived")),
@@ -924,4 +924,32 @@ fn a_new_rate_applies_to_open_events_in_both_strategies() {
             "{sampling:?}: {samples} samples in 400 ms at 49 Hz"
         );
     }
+}
+
+/// One host's per-CPU events shared by two processes' samplers: each gets the samples of its
+/// process only, and a third process no sampler asked for gets none.
+#[test]
+fn shared_per_cpu_events_route_samples_by_process() {
+    let (a, b, other) = (Spinner::start(), Spinner::start(), Spinner::start());
+    let cfg = per_cpu(499, 1024);
+    let host = HostSampler::open(&cfg).unwrap();
+    let mut samplers = [
+        Sampler::shared(a.pid(), &cfg, host.clone()),
+        Sampler::shared(b.pid(), &cfg, host.clone()),
+    ];
+    let mut seen: [Vec<u32>; 2] = Default::default();
+    let end = Instant::now() + Duration::from_secs(20);
+    while seen.iter().any(|s| s.len() < 50) && Instant::now() < end {
+        for (sampler, seen) in samplers.iter_mut().zip(seen.iter_mut()) {
+            sampler
+                .poll(Duration::from_millis(20), &mut |s| seen.push(s.pid))
+                .unwrap();
+        }
+    }
+    assert!(seen[0].len() >= 50 && seen[1].len() >= 50, "{seen:?}");
+    assert!(seen[0].iter().all(|&p| p == a.pid()));
+    assert!(seen[1].iter().all(|&p| p == b.pid()));
+    assert_eq!(samplers[0].stats().samples as usize, seen[0].len());
+    assert_eq!(samplers[0].strategy().kind, Sampling::PerCpu);
+    drop(other);
 }

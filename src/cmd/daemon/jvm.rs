@@ -19,6 +19,8 @@ pub struct Shared {
     pub stack_size: u32,
     pub max_stacks: usize,
     pub sampling: crate::sampler::Sampling,
+    /// One set of per-CPU events for every JVM, where allowed.
+    pub events: Option<Arc<crate::sampler::HostSampler>>,
     pub host: String,
     /// The rate the CPU budget allows now.
     pub rate_hz: AtomicU64,
@@ -73,10 +75,12 @@ pub fn run(jvm: FoundJvm, shared: Arc<Shared>) {
         precise_inlining: false,
         spill: None,
         keep_sample_times: shared.format == Format::Raw,
-        // A JVM that cannot be attached is logged and left alone.
-        agent: Agent::Required,
+        // A JVM that cannot be attached (attach disabled, stuck before a safepoint) is profiled
+        // without the agent, as `record` does.
+        agent: Agent::Fallback,
         wall: None,
         sampling: shared.sampling,
+        host: shared.events.clone(),
     });
     let mut engine = match started {
         Ok(e) => e,
@@ -99,8 +103,12 @@ pub fn run(jvm: FoundJvm, shared: Arc<Shared>) {
         format: shared.format,
         files: 0,
     };
+    let agentless = engine
+        .agentless()
+        .map(|why| format!(" without the agent ({why})"))
+        .unwrap_or_default();
     super::log(&format!(
-        "profiling JVM {pid} ({}, JDK {}) at {} Hz into {}",
+        "profiling JVM {pid} ({}, JDK {}) at {} Hz into {}{agentless}",
         jvm.name,
         out.labels[3].1,
         engine.frequency_hz(),

@@ -13,6 +13,7 @@ mod retention;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::output::Format;
+use crate::sampler::{HostSampler, SamplerConfig, Sampling};
 use discovery::{Seen, Selection};
 use jvm::Shared;
 use std::path::PathBuf;
@@ -85,13 +86,37 @@ pub struct DaemonOptions {
     pub max_stacks: u32,
     /// Per CPU, per thread, or per CPU where allowed (as `record --sampling`).
     #[arg(long, value_enum, env = "JVMPERF_SAMPLING", default_value = "auto")]
-    pub sampling: crate::sampler::Sampling,
+    pub sampling: Sampling,
 }
 
 /// How often new JVMs are looked for.
 const SCAN_EVERY: Duration = Duration::from_secs(2);
 /// SIGTERM/SIGINT: JVM threads get this long to write their last interval.
 const FLUSH_DEADLINE: Duration = Duration::from_millis(4500);
+
+/// One set of per-CPU events for every JVM (their cost does not grow with the JVMs), where the
+/// host allows them and `--sampling` does not ask for per-thread events.
+fn host_events(opts: &DaemonOptions) -> Result<Option<Arc<HostSampler>>> {
+    if opts.sampling == Sampling::PerThread {
+        return Ok(None);
+    }
+    let config = SamplerConfig {
+        frequency_hz: opts.frequency_hz,
+        stack_size: opts.stack_size,
+        ..SamplerConfig::default()
+    };
+    match HostSampler::open(&config) {
+        Ok(host) => {
+            log("sampling per CPU: one event per CPU for every JVM");
+            Ok(Some(host))
+        }
+        Err(e) if opts.sampling == Sampling::Auto && e.kind == ErrorKind::Permission => {
+            log(&format!("sampling per thread: {e}"));
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
 
 pub(crate) fn log(line: &str) {
     eprintln!("jvmperf daemon: {line}");
@@ -133,6 +158,7 @@ pub fn run(opts: &DaemonOptions) -> Result<()> {
         stack_size: opts.stack_size,
         max_stacks: opts.max_stacks as usize,
         sampling: opts.sampling,
+        events: host_events(opts)?,
         host: nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "unknown".into()),
