@@ -160,7 +160,10 @@ fn run(t: &mut Target, p: &Profiler, jvmperf: &Path, dir: &Path) -> Result<Span>
             } else {
                 cmd.args(["-p", &pid]);
             }
-            cmd.arg("-o").arg(dir.join("perf.data"));
+            // perf samples from shortly after its start until `sleep` exits.
+            cmd.arg("-o")
+                .arg(dir.join("perf.data"))
+                .args(["--", "sleep", &(WINDOW_SECS + 1).to_string()]);
             (cmd, Duration::from_secs(1))
         }
         Profiler::Asprof { hz, event, bin } => {
@@ -173,25 +176,23 @@ fn run(t: &mut Target, p: &Profiler, jvmperf: &Path, dir: &Path) -> Result<Span>
     };
     let sampling = Duration::from_secs(WINDOW_SECS);
     match p {
-        Profiler::Asprof { .. } => {
-            cmd.args(["-d", &window, &pid]);
-            let child = cmd.spawn().context("starting asprof")?;
-            finish(t, child, "asprof", Duration::from_secs(WINDOW_SECS + 60))?;
+        Profiler::Daemon { .. } => {
+            // Runs until SIGTERM, after the window.
+            let child = cmd.spawn().context("starting jvmperf daemon")?;
+            t.idle(startup + sampling)?;
+            // taskset execs the profiler: the child is the daemon itself.
+            // SAFETY: kill with a pid we spawned and a valid signal number.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            finish(t, child, &p.name(), Duration::from_secs(60))?;
         }
         _ => {
-            // Runs until told to stop: SIGINT (perf) or SIGTERM (the daemon) after the window.
+            if let Profiler::Asprof { .. } = p {
+                cmd.args(["-d", &window, &pid]);
+            }
             let child = cmd
                 .spawn()
                 .with_context(|| format!("starting {}", p.name()))?;
-            t.idle(startup + sampling)?;
-            let sig = match p {
-                Profiler::Perf { .. } => libc::SIGINT,
-                _ => libc::SIGTERM,
-            };
-            // taskset execs the profiler: the child is the profiler itself.
-            // SAFETY: kill with a pid we spawned and a valid signal number.
-            unsafe { libc::kill(child.id() as i32, sig) };
-            finish(t, child, &p.name(), Duration::from_secs(60))?;
+            finish(t, child, &p.name(), Duration::from_secs(WINDOW_SECS + 60))?;
         }
     }
     let begin = start + (startup + MARGIN).as_nanos() as u64;
