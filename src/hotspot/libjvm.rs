@@ -59,6 +59,13 @@ impl LibJvm {
             .into_iter()
             .find(|m| m.perms.contains('x'))
         else {
+            // An exiting process has released its memory: no mapping is left to read.
+            if maps.is_empty() || !process.is_alive() {
+                return err(
+                    ErrorKind::NoProcess,
+                    format!("process {} ({}) has exited", process.pid, process.name),
+                );
+            }
             return err(
                 ErrorKind::NotJvm,
                 format!(

@@ -161,9 +161,11 @@ fn run(t: &mut Target, p: &Profiler, jvmperf: &Path, dir: &Path) -> Result<Span>
                 cmd.args(["-p", &pid]);
             }
             // perf samples from shortly after its start until `sleep` exits.
-            cmd.arg("-o")
-                .arg(dir.join("perf.data"))
-                .args(["--", "sleep", &(WINDOW_SECS + 1).to_string()]);
+            cmd.arg("-o").arg(dir.join("perf.data")).args([
+                "--",
+                "sleep",
+                &(WINDOW_SECS + 1).to_string(),
+            ]);
             (cmd, Duration::from_secs(1))
         }
         Profiler::Asprof { hz, event, bin } => {
