@@ -50,7 +50,14 @@ fn main() {
     // No debug info (cc's compiler adds -g in debug builds), but the symbol table is kept: it names
     // the shim's own frames in profiles (its thread, its callbacks under
     // JvmtiExport::post_compiled_method_load) instead of `libjvmperf-shim…+0x…`.
-    .args(["-Wall", "-Wextra", "-Werror", "-pthread", "-g0", "-Wl,--strip-debug"])
+    .args([
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-pthread",
+        "-g0",
+        "-Wl,--strip-debug",
+    ])
     .arg(format!("-DJVMPERF_SHIM_VERSION=\"{version}\""))
     .arg("-I")
     .arg(&include)

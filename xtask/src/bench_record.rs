@@ -295,6 +295,17 @@ fn run_jvmperf(t: &mut Target, jvmperf: &Path, extra: &[&str], out: &Path) -> Re
         .with_context(|| format!("no `N samples in` summary from jvmperf: {err}"))?;
     let samples = number_before(summary, " samples in ")?;
     let lost = number_before(summary, " lost")? as u64;
+    let (first, last) = sample_window(&err)?;
+    Ok(Profiled {
+        span,
+        steady: (inner(first, last), (last - first) as f64 / 1e9),
+        samples: Samples::Counted(samples),
+        sampled: Some(((last - first) as f64 / 1e9, lost)),
+    })
+}
+
+/// The first and last sample times `jvmperf record` printed (CLOCK_MONOTONIC ns).
+pub(crate) fn sample_window(err: &str) -> Result<(u64, u64)> {
     let window: Vec<u64> = err
         .lines()
         .find_map(|l| l.split_once("sample window (CLOCK_MONOTONIC ns, as System.nanoTime):"))
@@ -307,19 +318,14 @@ fn run_jvmperf(t: &mut Target, jvmperf: &Path, extra: &[&str], out: &Path) -> Re
     let [first, last] = window[..] else {
         bail!("no sample window in jvmperf's output: {err}");
     };
-    Ok(Profiled {
-        span,
-        steady: (inner(first, last), (last - first) as f64 / 1e9),
-        samples: Samples::Counted(samples),
-        sampled: Some(((last - first) as f64 / 1e9, lost)),
-    })
+    Ok((first, last))
 }
 
 /// Left out at each end of a sampling span for the steady cost.
 const MARGIN_NS: u64 = 500_000_000;
 
 /// `[start, end]` less [`MARGIN_NS`] at each end.
-fn inner(start: u64, end: u64) -> Span {
+pub(crate) fn inner(start: u64, end: u64) -> Span {
     Span {
         start: start + MARGIN_NS,
         end: end - MARGIN_NS,

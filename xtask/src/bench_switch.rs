@@ -21,7 +21,7 @@ use anyhow::{bail, ensure, Context, Result};
 
 use crate::bench_jvm::{self, BenchJvm};
 use crate::bench_record::{
-    finish, list, median, monotonic_ns, raise_priority, Span, Target, WorkLog,
+    finish, inner, list, median, monotonic_ns, raise_priority, sample_window, Span, Target, WorkLog,
 };
 
 const DEFAULT_PAIRS: usize = 4;
@@ -210,23 +210,8 @@ fn record_span(err: &str) -> Result<Span> {
         !err.contains("recording ended early"),
         "jvmperf record ended early: {err}"
     );
-    let window: Vec<u64> = err
-        .lines()
-        .find_map(|l| l.split_once("sample window (CLOCK_MONOTONIC ns, as System.nanoTime):"))
-        .map(|(_, v)| {
-            v.split_whitespace()
-                .filter_map(|n| n.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    let [first, last] = window[..] else {
-        bail!("no sample window in jvmperf's output: {err}");
-    };
-    let margin = MARGIN.as_nanos() as u64;
-    Ok(Span {
-        start: first + margin,
-        end: last - margin,
-    })
+    let (first, last) = sample_window(err)?;
+    Ok(inner(first, last))
 }
 
 struct Args {
