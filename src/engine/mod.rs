@@ -230,7 +230,8 @@ impl Engine {
     /// Check permissions, open the perf events (disabled), attach, then start sampling.
     pub fn start(opts: EngineOptions) -> Result<Self> {
         // Permissions first: a user who may not read or sample the JVM is told why before
-        // anything is loaded into it. The perf events stay off until the attach is done.
+        // anything is loaded into it; a probe event checks sampling. The events open once the
+        // attach is done.
         TargetProcess::open(opts.pid)?.maps()?;
         let config = SamplerConfig {
             frequency_hz: opts.frequency_hz,
