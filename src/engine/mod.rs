@@ -227,7 +227,7 @@ impl CpuTime {
 }
 
 impl Engine {
-    /// Check permissions, open the perf events (disabled), attach, then start sampling.
+    /// Check permissions (a probe event for sampling), attach, then open the perf events.
     pub fn start(opts: EngineOptions) -> Result<Self> {
         // Permissions first: a user who may not read or sample the JVM is told why before
         // anything is loaded into it; a probe event checks sampling. The events open once the
