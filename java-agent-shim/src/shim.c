@@ -21,6 +21,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -75,7 +76,7 @@ enum {
 #ifndef MAX_SENT_IDS
 #define MAX_SENT_IDS (1u << 17)
 #endif
-#define STATS_VERSION 1
+#define STATS_VERSION 2
 #define BUSY_VERSION 1
 #define DROPPED_INTERVAL_NS 100000000ull
 #define STATS_INTERVAL_NS 1000000000ull
@@ -179,6 +180,12 @@ static void frame_end(struct buf *b, size_t off) {
     wr_le(b->p + off, len, 4);
 }
 
+/* One line on the JVM's stderr, only where a JVM started with -agentpath would otherwise fail or lose the agent
+ * without a word. */
+static void warn(const char *what) {
+    fprintf(stderr, "jvmperf shim: %s\n", what);
+}
+
 /* ---- global state -------------------------------------------------------------------------------------- */
 
 static JavaVM *g_vm;
@@ -200,16 +207,38 @@ static int g_live;       /* live phase reached (Agent_OnLoad waits for VMInit) *
 static int g_ever_ok;    /* some Agent_OnAttach/OnLoad returned 0, so the library stays loaded */
 static atomic_int g_pending; /* an attach request waits for the shim thread */
 
-/* Connection state shared with the event callbacks; guarded by g_q. */
+/* Connection state shared with the event callbacks; guarded by g_q. Work under g_q is bounded by the size of
+ * one record (a sub-table of the id set grows by itself; big frames are copied outside the lock). */
 static pthread_mutex_t g_q = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_q_idle = PTHREAD_COND_INITIALIZER; /* the last reservation was published */
+
+/* Queue bytes [at, end) reserved by a writer that copies them outside g_q; published when copied. */
+struct resv {
+    uint64_t end;
+    int done;
+    struct resv *next;
+};
+
+/* The sent-id set is split by hash into sub-tables that grow one at a time, so growing rehashes at most a
+ * small part of it while callbacks on application threads wait for g_q. */
+#define SUBSETS 64
+struct subset {
+    uint64_t *tab; /* open addressing, 0 = empty, load factor <= 1/2 */
+    uint32_t cap, n;
+};
+
 static struct {
-    uint8_t *ring;          /* QUEUE_CAP bytes of whole frames; NULL when not connected */
-    uint64_t head, tail;    /* running byte counts written / sent */
-    uint64_t high_water;    /* most bytes ever queued at once on this connection */
-    uint64_t *ids;          /* open-addressing set of method ids sent on this connection (0 = empty) */
-    size_t ids_cap, ids_n;
-    uint64_t forgotten;     /* times the set was cleared (METHODS_FORGOTTEN sent) */
-    uint64_t gen;           /* bumped on every connect, disconnect and clearing of the set */
+    uint8_t *ring;            /* QUEUE_CAP bytes of whole frames; NULL when not connected */
+    uint64_t head;            /* running count of bytes reserved */
+    uint64_t ready;           /* bytes [tail, ready) are published whole frames */
+    uint64_t tail;            /* bytes sent */
+    struct resv *resv_first;  /* unpublished reservations in queue order (and published ones behind them) */
+    struct resv *resv_last;
+    uint64_t high_water;      /* most bytes ever queued at once on this connection */
+    struct subset ids[SUBSETS]; /* method ids sent on this connection */
+    uint64_t ids_n, ids_bytes;
+    uint64_t forgotten;       /* times the set was cleared (METHODS_FORGOTTEN sent) */
+    uint64_t gen;             /* bumped on every connect, disconnect and clearing of the set */
     uint64_t drop_records, drop_bytes;
 } Q;
 static atomic_int g_active; /* fast path check for callbacks; the truth is Q.ring under g_q */
@@ -224,86 +253,182 @@ static int g_replay_failed;
 static uint32_t g_replay_nmethods, g_replay_blobs;
 static int g_can_retransform;
 
+/* When the shim thread's current socket write started waiting for the reader (0: it is not waiting). */
+static _Atomic uint64_t g_stalled_since;
+static atomic_int g_vm_dead; /* VMDeath was posted: end the session after sending what is queued */
+
+/* Time application threads spend in the shim's ThreadStart/ThreadEnd callbacks (STATS). */
+static _Atomic uint64_t g_thread_events, g_thread_event_ns, g_thread_event_max_ns;
+
 static int on_replay_thread(void) {
     return atomic_load(&g_replaying) && pthread_equal(pthread_self(), g_replay_thread);
 }
 
 /* ---- sent method ids (caller holds g_q) ----------------------------------------------------------------- */
 
-static size_t id_slot(uint64_t id, size_t cap) {
+static uint64_t id_hash(uint64_t id) {
     id ^= id >> 33;
     id *= 0xff51afd7ed558ccdull;
     id ^= id >> 33;
-    return (size_t)id & (cap - 1);
+    return id;
+}
+
+static struct subset *subset_of(uint64_t id) {
+    return &Q.ids[id_hash(id) >> 58]; /* the top 6 bits: SUBSETS == 64 */
 }
 
 static int set_has(uint64_t id) {
-    if (!Q.ids_cap)
+    const struct subset *s = subset_of(id);
+    if (!s->cap)
         return 0;
-    for (size_t i = id_slot(id, Q.ids_cap); Q.ids[i]; i = (i + 1) & (Q.ids_cap - 1))
-        if (Q.ids[i] == id)
+    for (size_t i = id_hash(id) & (s->cap - 1); s->tab[i]; i = (i + 1) & (s->cap - 1))
+        if (s->tab[i] == id)
             return 1;
     return 0;
 }
 
-static void set_put(uint64_t *tab, size_t cap, uint64_t id) {
-    size_t i = id_slot(id, cap);
+static void tab_put(uint64_t *tab, uint32_t cap, uint64_t id) {
+    size_t i = id_hash(id) & (cap - 1);
     while (tab[i] && tab[i] != id)
         i = (i + 1) & (cap - 1);
     tab[i] = id;
 }
 
-/* Makes room for `extra` more ids at load factor <= 1/2. */
-static int set_reserve(size_t extra) {
-    size_t need = (Q.ids_n + extra) * 2;
-    if (need <= Q.ids_cap)
+/* Grows sub-table s to hold `extra` more ids at load factor <= 1/2; on failure s is unchanged. */
+static int subset_reserve(struct subset *s, uint32_t extra) {
+    uint64_t need = ((uint64_t)s->n + extra) * 2;
+    if (need <= s->cap)
         return 0;
-    size_t cap = Q.ids_cap ? Q.ids_cap : 1024;
+    uint64_t cap = s->cap ? s->cap : 64;
     while (cap < need)
         cap *= 2;
+    if (cap > UINT32_MAX)
+        return -1;
     uint64_t *tab = calloc(cap, sizeof *tab);
     if (!tab)
         return -1;
-    for (size_t i = 0; i < Q.ids_cap; i++)
-        if (Q.ids[i])
-            set_put(tab, cap, Q.ids[i]);
-    free(Q.ids);
-    Q.ids = tab;
-    Q.ids_cap = cap;
+    for (uint32_t i = 0; i < s->cap; i++)
+        if (s->tab[i])
+            tab_put(tab, (uint32_t)cap, s->tab[i]);
+    free(s->tab);
+    Q.ids_bytes += (cap - s->cap) * sizeof *tab;
+    s->tab = tab;
+    s->cap = (uint32_t)cap;
     return 0;
 }
 
+/* Adds an id that is not in the set; its sub-table has room (subset_reserve). */
 static void set_add(uint64_t id) {
-    set_put(Q.ids, Q.ids_cap, id);
+    struct subset *s = subset_of(id);
+    tab_put(s->tab, s->cap, id);
+    s->n++;
     Q.ids_n++;
+}
+
+static void set_clear(void) {
+    for (size_t i = 0; i < SUBSETS; i++) {
+        free(Q.ids[i].tab);
+        Q.ids[i] = (struct subset){NULL, 0, 0};
+    }
+    Q.ids_n = Q.ids_bytes = 0;
 }
 
 /* ---- queue --------------------------------------------------------------------------------------------- */
 
-static void ring_copy_in(const uint8_t *src, size_t n) {
-    size_t at = (size_t)(Q.head % QUEUE_CAP);
-    size_t first = n < QUEUE_CAP - at ? n : QUEUE_CAP - at;
-    memcpy(Q.ring + at, src, first);
-    memcpy(Q.ring, src + first, n - first);
-    Q.head += n;
+static size_t queue_room(void) {
+    return QUEUE_CAP - (size_t)(Q.head - Q.tail);
+}
+
+/* Copies n bytes to running offset `at` of ring (wrapping); the caller owns [at, at + n). */
+static void ring_write(uint8_t *ring, uint64_t at, const uint8_t *src, size_t n) {
+    size_t off = (size_t)(at % QUEUE_CAP);
+    size_t first = n < QUEUE_CAP - off ? n : QUEUE_CAP - off;
+    memcpy(ring + off, src, first);
+    memcpy(ring, src + first, n - first);
+}
+
+static void note_high_water(void) {
     if (Q.head - Q.tail > Q.high_water)
         Q.high_water = Q.head - Q.tail;
+}
+
+static void resv_append(struct resv *r) {
+    r->next = NULL;
+    if (Q.resv_last)
+        Q.resv_last->next = r;
+    else
+        Q.resv_first = r;
+    Q.resv_last = r;
+}
+
+/* Publishes the reservations at the front that are done (caller holds g_q). */
+static void resv_settle(void) {
+    while (Q.resv_first && Q.resv_first->done) {
+        struct resv *r = Q.resv_first;
+        Q.ready = r->end;
+        Q.resv_first = r->next;
+        free(r);
+    }
+    if (!Q.resv_first) {
+        Q.resv_last = NULL;
+        Q.ready = Q.head;
+        pthread_cond_broadcast(&g_q_idle);
+    }
+}
+
+/* Frames up to this size are copied under g_q; bigger ones are reserved and copied outside it. */
+#define COPY_UNDER_LOCK_MAX 4096u
+
+/* Appends n bytes under g_q (n <= COPY_UNDER_LOCK_MAX or while nothing else can write); the caller checked
+ * queue_room(). Returns -1 (nothing written) when it cannot record its place behind an unpublished frame. */
+static int q_put_locked(const uint8_t *src, size_t n) {
+    if (Q.resv_first) {
+        struct resv *r = malloc(sizeof *r);
+        if (!r)
+            return -1;
+        r->end = Q.head + n;
+        r->done = 1;
+        resv_append(r);
+    }
+    ring_write(Q.ring, Q.head, src, n);
+    Q.head += n;
+    if (!Q.resv_first)
+        Q.ready = Q.head;
+    note_high_water();
+    return 0;
+}
+
+/* Reserves n bytes (caller holds g_q, checked queue_room()); r is the caller's node, queued here. */
+static uint64_t q_reserve_locked(struct resv *r, size_t n) {
+    uint64_t at = Q.head;
+    r->end = at + n;
+    r->done = 0;
+    resv_append(r);
+    Q.head += n;
+    note_high_water();
+    return at;
+}
+
+static void q_publish(struct resv *r) {
+    pthread_mutex_lock(&g_q);
+    r->done = 1;
+    resv_settle();
+    pthread_mutex_unlock(&g_q);
 }
 
 /* Clears the set and queues METHODS_FORGOTTEN, so the daemon may drop the methods it no longer needs: every
  * later NMETHOD_LOAD is preceded by its METHODs again. Returns -1 (nothing changed) when the queue is full. */
 static int forget_sent_ids(void) {
     uint8_t marker[HDR_SIZE];
-    if (QUEUE_CAP - (Q.head - Q.tail) < sizeof marker)
+    if (queue_room() < sizeof marker)
         return -1;
     wr_le(marker, HDR_SIZE - 4, 4);
     wr_le(marker + 4, K_METHODS_FORGOTTEN, 2);
     wr_le(marker + 6, 0, 2);
     wr_le(marker + 8, now_ns(), 8);
-    ring_copy_in(marker, sizeof marker);
-    if (Q.ids)
-        memset(Q.ids, 0, Q.ids_cap * sizeof *Q.ids);
-    Q.ids_n = 0;
+    if (q_put_locked(marker, sizeof marker) < 0)
+        return -1;
+    set_clear();
     Q.forgotten++;
     Q.gen++; /* METHODs encoded against the old set are incomplete now: their commit starts over */
     return 0;
@@ -318,46 +443,71 @@ static void count_drop(uint64_t records, uint64_t bytes) {
     pthread_mutex_unlock(&g_q);
 }
 
-/* Enqueues one self-contained record (no method references) from a live event. */
+/* Whether the queue has room for n more bytes now (a live record that needs more is dropped unbuilt). */
+static int queue_has_room(uint64_t n) {
+    pthread_mutex_lock(&g_q);
+    int room = Q.ring && queue_room() >= n;
+    pthread_mutex_unlock(&g_q);
+    return room;
+}
+
+/* Enqueues one small self-contained record (no method references) from a live event. */
 static void q_push(const struct buf *b) {
     if (b->bad) {
         count_drop(1, b->len);
         return;
     }
     pthread_mutex_lock(&g_q);
-    if (Q.ring) {
-        if (QUEUE_CAP - (Q.head - Q.tail) >= b->len) {
-            ring_copy_in(b->p, b->len);
-        } else {
-            Q.drop_records++;
-            Q.drop_bytes += b->len;
-        }
+    if (Q.ring && (queue_room() < b->len || q_put_locked(b->p, b->len) < 0)) {
+        Q.drop_records++;
+        Q.drop_bytes += b->len;
     }
     pthread_mutex_unlock(&g_q);
 }
 
 /* ---- socket (shim thread) ------------------------------------------------------------------------------ */
 
+/* A reader that stops reading (SIGSTOP, a debugger, a stalled disk) ends the session after this long without
+ * progress: while the replay waits for it inside GenerateEvents, the JVM keeps every nmethod not yet posted. */
+#define WRITE_DEADLINE_NS 5000000000ull
+#define DEATH_WRITE_DEADLINE_NS 150000000ull /* the JVM is exiting and VMDeath waits for the last records */
+/* An attach finding the current session's writes stalled this long takes over instead of answering BUSY. */
+#define TAKEOVER_NS 1000000000ull
+
 static int sock_write_all(const void *data, size_t n) {
     const uint8_t *p = data;
+    int rc = 0;
     while (n) {
         ssize_t w = send(g_fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w > 0) {
             p += w;
             n -= (size_t)w;
+            atomic_store(&g_stalled_since, 0);
         } else if (w < 0 && errno == EINTR) {
             continue;
         } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            /* A stuck daemon must not keep a newly attached one waiting forever. */
-            if (atomic_load(&g_pending))
-                return -1;
+            uint64_t now = now_ns(), since = atomic_load(&g_stalled_since);
+            if (!since)
+                atomic_store(&g_stalled_since, since = now);
+            uint64_t deadline = atomic_load(&g_vm_dead) ? DEATH_WRITE_DEADLINE_NS : WRITE_DEADLINE_NS;
+            /* A newly attached reader replaces a stuck one. */
+            if (atomic_load(&g_pending) || now - since > deadline) {
+                rc = -1;
+                break;
+            }
             struct pollfd pfd = {.fd = g_fd, .events = POLLOUT};
-            poll(&pfd, 1, 100);
+            if (poll(&pfd, 1, 100) < 0 && errno != EINTR) {
+                rc = -1;
+                break;
+            }
         } else {
-            return -1;
+            rc = -1;
+            break;
         }
     }
-    return 0;
+    if (rc < 0)
+        atomic_store(&g_stalled_since, 0); /* the session ends */
+    return rc;
 }
 
 /* Socket writes (all on the shim thread) are combined in one buffer: the replay produces tens of
@@ -388,17 +538,25 @@ static int send_buf(struct buf *b) {
     return rc;
 }
 
-/* Sends queued bytes up to the running offset `limit`. */
+/* Sends published bytes up to the running offset `limit` (UINT64_MAX: whatever is published now). A finite
+ * limit waits for the frames reserved below it to be published: their writers are copying them. */
 static int drain(uint64_t limit) {
     for (;;) {
         pthread_mutex_lock(&g_q);
         uint8_t *ring = Q.ring;
-        uint64_t head = Q.head < limit ? Q.head : limit, tail = Q.tail;
+        uint64_t ready = Q.ready < limit ? Q.ready : limit, tail = Q.tail;
+        int wait = limit != UINT64_MAX && tail == Q.ready && tail < limit && tail < Q.head;
         pthread_mutex_unlock(&g_q);
-        if (!ring || tail >= head)
+        if (!ring)
+            return 0;
+        if (wait) {
+            sched_yield();
+            continue;
+        }
+        if (tail >= ready)
             return 0;
         size_t at = (size_t)(tail % QUEUE_CAP);
-        size_t n = (size_t)(head - tail) < QUEUE_CAP - at ? (size_t)(head - tail) : QUEUE_CAP - at;
+        size_t n = (size_t)(ready - tail) < QUEUE_CAP - at ? (size_t)(ready - tail) : QUEUE_CAP - at;
         if (send_all(ring + at, n) < 0)
             return -1;
         pthread_mutex_lock(&g_q);
@@ -557,6 +715,30 @@ struct method_rec {
     int include;
 };
 
+/* Grows the sub-tables the included ids go to; on failure the set is unchanged (caller holds g_q). */
+static int ids_reserve(const struct method_rec *ms, size_t n_ms) {
+    uint32_t extra[SUBSETS] = {0};
+    for (size_t i = 0; i < n_ms; i++)
+        if (ms[i].include)
+            extra[subset_of(ms[i].id) - Q.ids]++;
+    for (size_t k = 0; k < SUBSETS; k++)
+        if (extra[k] && subset_reserve(&Q.ids[k], extra[k]) != 0)
+            return -1;
+    return 0;
+}
+
+/* Writes the included METHODs, then the NMETHOD_LOAD, to the queue bytes reserved at `at`. */
+static void write_unit(uint8_t *ring, uint64_t at, const struct buf *bm, const struct method_rec *ms, size_t n_ms,
+                       const struct buf *bn) {
+    for (size_t i = 0; i < n_ms; i++) {
+        if (ms[i].include) {
+            ring_write(ring, at, bm->p + ms[i].off, ms[i].len);
+            at += ms[i].len;
+        }
+    }
+    ring_write(ring, at, bn->p, bn->len);
+}
+
 enum { COMMIT_DONE, COMMIT_RETRY };
 
 /* Sends or enqueues the METHODs (bm, ms) that are still unsent on connection `gen`, then the NMETHOD_LOAD
@@ -584,25 +766,50 @@ static int commit_nmethod(const struct buf *bm, struct method_rec *ms, size_t n_
         pthread_mutex_unlock(&g_q);
         return COMMIT_RETRY;
     }
-    if (over || set_reserve(n_rec) != 0 || (!replayed && QUEUE_CAP - (Q.head - Q.tail) < total)) {
+    struct resv *r = NULL;
+    int fail = over || ids_reserve(ms, n_ms) != 0;
+    if (!fail && !replayed) {
+        fail = queue_room() < total;
+        /* A big unit is copied outside g_q; any unit behind an unpublished one needs its place recorded. */
+        if (!fail && (total > COPY_UNDER_LOCK_MAX || Q.resv_first))
+            fail = (r = malloc(sizeof *r)) == NULL;
+    }
+    if (fail) {
         Q.drop_records += n_rec;
         Q.drop_bytes += total;
         pthread_mutex_unlock(&g_q);
         return COMMIT_DONE;
     }
-    for (size_t i = 0; i < n_ms; i++) {
-        if (!ms[i].include)
-            continue;
-        set_add(ms[i].id);
-        if (!replayed)
-            ring_copy_in(bm->p + ms[i].off, ms[i].len);
+    for (size_t i = 0; i < n_ms; i++)
+        if (ms[i].include)
+            set_add(ms[i].id);
+    if (!replayed) {
+        uint8_t *ring = Q.ring;
+        uint64_t at = Q.head;
+        if (r) {
+            q_reserve_locked(r, total);
+        } else {
+            Q.head += total;
+            Q.ready = Q.head;
+            note_high_water();
+        }
+        int outside = total > COPY_UNDER_LOCK_MAX;
+        if (!outside) {
+            write_unit(ring, at, bm, ms, n_ms, bn);
+            if (r) {
+                r->done = 1;
+                resv_settle();
+            }
+        }
+        pthread_mutex_unlock(&g_q);
+        if (outside) {
+            write_unit(ring, at, bm, ms, n_ms, bn);
+            q_publish(r);
+        }
+        return COMMIT_DONE;
     }
-    if (!replayed)
-        ring_copy_in(bn->p, bn->len);
     uint64_t limit = Q.head;
     pthread_mutex_unlock(&g_q);
-    if (!replayed)
-        return COMMIT_DONE;
 
     /* Replay, on the shim thread: flush what was queued before our ids went into the set (it may hold
      * METHODs we now rely on), but not what was queued after (it may rely on the METHODs we write now). */
@@ -632,7 +839,9 @@ static void JNICALL on_compiled_method_load(jvmtiEnv *jvmti, jmethodID method, j
     struct inline_info ii;
     collect_inline(compile_info, &ii);
     uint64_t frame_len = MIN_FRAME_LEN + 28 + ii.n_pcs * 12 + ii.n_frames * 12;
-    if (frame_len > MAX_FRAME_LEN) {
+    if (frame_len > MAX_FRAME_LEN || (!replayed && !queue_has_room(frame_len + 4))) {
+        /* Checked before any method is looked up or encoded: a reader that does not keep up must not make
+         * every compilation pay for a record that is then thrown away. */
         count_drop(1, frame_len + 4);
         return;
     }
@@ -731,10 +940,20 @@ static void JNICALL on_dynamic_code_generated(jvmtiEnv *jvmti, const char *name,
     free(b.p);
 }
 
+/* Accounts the time an application thread spent in a thread callback since t0. */
+static void note_thread_event(uint64_t t0) {
+    uint64_t ns = now_ns() - t0, max = atomic_load(&g_thread_event_max_ns);
+    atomic_fetch_add(&g_thread_events, 1);
+    atomic_fetch_add(&g_thread_event_ns, ns);
+    while (ns > max && !atomic_compare_exchange_weak(&g_thread_event_max_ns, &max, ns))
+        ;
+}
+
 static void JNICALL on_thread_start(jvmtiEnv *jvmti, JNIEnv *jni, jthread thread) {
     (void)jvmti;
     if (!atomic_load(&g_active))
         return;
+    uint64_t t0 = now_ns();
     uint32_t tid = (uint32_t)syscall(SYS_gettid); /* ThreadStart runs on the new thread */
     jvmtiThreadInfo info;
     memset(&info, 0, sizeof info);
@@ -754,18 +973,21 @@ static void JNICALL on_thread_start(jvmtiEnv *jvmti, JNIEnv *jni, jthread thread
         if (info.context_class_loader)
             (*jni)->DeleteLocalRef(jni, info.context_class_loader);
     }
+    note_thread_event(t0);
 }
 
 static void JNICALL on_thread_end(jvmtiEnv *jvmti, JNIEnv *jni, jthread thread) {
     (void)jvmti, (void)jni, (void)thread;
     if (!atomic_load(&g_active))
         return;
+    uint64_t t0 = now_ns();
     struct buf b = {0};
     size_t off = frame_begin(&b, K_THREAD_END);
     put_u32(&b, (uint32_t)syscall(SYS_gettid));
     frame_end(&b, off);
     q_push(&b);
     free(b.p);
+    note_thread_event(t0);
 }
 
 /* ---- shim thread: commands ----------------------------------------------------------------------------- */
@@ -780,6 +1002,19 @@ static int send_retransform_done(uint32_t requested, uint32_t done, jvmtiError e
     int rc = send_buf(&b);
     free(b.p);
     return rc;
+}
+
+/* Gives can_retransform_classes back once a retransform is done: the shim keeps no capability it does not
+ * use (HotSpot derives its JIT-relevant flags from the capabilities *potentially* available, so holding it
+ * costs nothing measurable there, but an environment should not keep what it no longer needs). */
+static void relinquish_retransform(void) {
+    if (!g_can_retransform)
+        return;
+    jvmtiCapabilities caps;
+    memset(&caps, 0, sizeof caps);
+    caps.can_retransform_classes = 1;
+    if (JV(RelinquishCapabilities, &caps) == JVMTI_ERROR_NONE)
+        g_can_retransform = 0;
 }
 
 struct cls {
@@ -869,6 +1104,7 @@ static int retransform(JNIEnv *jni, const uint8_t *p, size_t len) {
         if (err == JVMTI_ERROR_NONE)
             done = (uint32_t)m;
         (*jni)->PopLocalFrame(jni, NULL);
+        relinquish_retransform();
     } else if (err == JVMTI_ERROR_NONE) {
         (*jni)->ExceptionClear(jni);
         err = JVMTI_ERROR_OUT_OF_MEMORY;
@@ -972,11 +1208,17 @@ static char *java_property(JNIEnv *jni, const char *key) {
         (*jni)->ExceptionClear(jni);
         return NULL;
     }
+    /* Every call that can throw is checked before the next JNI call (-Xcheck:jni asks for it). */
+    jstring jval = NULL;
     jclass sys = (*jni)->FindClass(jni, "java/lang/System");
-    jmethodID get = sys ? (*jni)->GetStaticMethodID(jni, sys, "getProperty", "(Ljava/lang/String;)Ljava/lang/String;")
-                        : NULL;
-    jstring jkey = get ? (*jni)->NewStringUTF(jni, key) : NULL;
-    jstring jval = jkey ? (jstring)(*jni)->CallStaticObjectMethod(jni, sys, get, jkey) : NULL;
+    jmethodID get = NULL;
+    jstring jkey = NULL;
+    if (sys && !(*jni)->ExceptionCheck(jni))
+        get = (*jni)->GetStaticMethodID(jni, sys, "getProperty", "(Ljava/lang/String;)Ljava/lang/String;");
+    if (get && !(*jni)->ExceptionCheck(jni))
+        jkey = (*jni)->NewStringUTF(jni, key);
+    if (jkey && !(*jni)->ExceptionCheck(jni))
+        jval = (jstring)(*jni)->CallStaticObjectMethod(jni, sys, get, jkey);
     if ((*jni)->ExceptionCheck(jni)) {
         (*jni)->ExceptionClear(jni);
         jval = NULL;
@@ -986,7 +1228,8 @@ static char *java_property(JNIEnv *jni, const char *key) {
         val = strdup(chars);
         (*jni)->ReleaseStringUTFChars(jni, jval, chars);
     }
-    (*jni)->ExceptionClear(jni);
+    if ((*jni)->ExceptionCheck(jni)) /* GetStringUTFChars may throw OutOfMemoryError */
+        (*jni)->ExceptionClear(jni);
     (*jni)->PopLocalFrame(jni, NULL);
     return val;
 }
@@ -1059,7 +1302,8 @@ static int maybe_send_stats(const struct rx *r, uint64_t *last_time) {
     *last_time = now;
     pthread_mutex_lock(&g_q);
     uint64_t used = Q.head - Q.tail, high_water = Q.high_water, forgotten = Q.forgotten;
-    uint64_t ids_n = Q.ids_n, ids_bytes = (uint64_t)Q.ids_cap * sizeof *Q.ids;
+    uint64_t ids_n = Q.ids_n, ids_bytes = Q.ids_bytes + sizeof Q.ids;
+    uint64_t drop_records = Q.drop_records, drop_bytes = Q.drop_bytes;
     pthread_mutex_unlock(&g_q);
     struct buf b = {0};
     size_t off = frame_begin(&b, K_STATS);
@@ -1073,6 +1317,13 @@ static int maybe_send_stats(const struct rx *r, uint64_t *last_time) {
     put_u64(&b, r->cap);
     put_u64(&b, OUT_CAP);
     put_u64(&b, forgotten);
+    /* version 2 */
+    put_u64(&b, drop_records);
+    put_u64(&b, drop_bytes);
+    put_u64(&b, atomic_load(&g_thread_events));
+    put_u64(&b, atomic_load(&g_thread_event_ns));
+    put_u64(&b, atomic_load(&g_thread_event_max_ns));
+    put_u64(&b, g_can_retransform ? 1 : 0);
     frame_end(&b, off);
     int rc = send_buf(&b);
     free(b.p);
@@ -1105,7 +1356,8 @@ static int daemon_alive(int fd) {
     do
         pr = poll(&pfd, 1, 0);
     while (pr < 0 && errno == EINTR);
-    return pr == 0 || (pr > 0 && !(pfd.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL)));
+    /* A failing poll says nothing about the reader: count it as there rather than take its session. */
+    return pr <= 0 || !(pfd.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL));
 }
 
 /* Tells the daemon listening at path that the shim serves another one (owner_pid) and hangs up. Never waits: if
@@ -1132,7 +1384,7 @@ static void run_session(JNIEnv *jni, int fd, uint32_t attach_count) {
         goto out;
     pthread_mutex_lock(&g_q);
     Q.ring = ring;
-    Q.head = Q.tail = Q.high_water = 0;
+    Q.head = Q.ready = Q.tail = Q.high_water = 0;
     Q.forgotten = 0;
     Q.gen++;
     Q.drop_records = Q.drop_bytes = 0;
@@ -1154,7 +1406,7 @@ static void run_session(JNIEnv *jni, int fd, uint32_t attach_count) {
 
         uint64_t last_records = 0, last_bytes = 0, last_time = 0, last_stats = 0;
         int ok = !g_replay_failed && drain(UINT64_MAX) == 0 && send_replay_done() == 0 && flush_out() == 0;
-        while (ok && !atomic_load(&g_pending)) {
+        while (ok && !atomic_load(&g_pending) && !atomic_load(&g_vm_dead)) {
             struct pollfd pfd = {.fd = fd, .events = POLLIN};
             int pr = poll(&pfd, 1, POLL_MS);
             if (pr < 0 && errno != EINTR)
@@ -1164,19 +1416,27 @@ static void run_session(JNIEnv *jni, int fd, uint32_t attach_count) {
             ok = drain(UINT64_MAX) == 0 && maybe_send_dropped(&last_records, &last_bytes, &last_time) == 0 &&
                  maybe_send_stats(&rx, &last_stats) == 0 && flush_out() == 0;
         }
-        set_events(JVMTI_DISABLE);
+        if (atomic_load(&g_vm_dead)) {
+            /* The records posted in the JVM's last moments, then a clean end of the stream. No JVMTI call:
+             * past VMDeath one may block for good on a thread of an exiting VM. */
+            atomic_store(&g_active, 0);
+            uint64_t long_ago = 0;
+            if (ok && drain(UINT64_MAX) == 0 && maybe_send_dropped(&last_records, &last_bytes, &long_ago) == 0)
+                flush_out();
+        } else {
+            set_events(JVMTI_DISABLE);
+        }
     }
 
     atomic_store(&g_active, 0);
     pthread_mutex_lock(&g_q);
-    uint64_t *ids = Q.ids;
-    Q.ring = NULL;
-    Q.ids = NULL;
-    Q.ids_cap = Q.ids_n = 0;
+    Q.ring = NULL; /* no new reservation; wait for the writers still copying into the ring */
+    while (Q.resv_first)
+        pthread_cond_wait(&g_q_idle, &g_q);
+    set_clear();
     Q.gen++;
     pthread_mutex_unlock(&g_q);
     free(ring);
-    free(ids);
     free(rx.p);
     g_out_len = 0;
     g_fd = -1;
@@ -1195,7 +1455,7 @@ static void *shim_main(void *arg) {
     int attached = (*g_vm)->AttachCurrentThreadAsDaemon(g_vm, (void **)&jni, &args) == JNI_OK && jni;
     for (;;) {
         pthread_mutex_lock(&g_ctl);
-        if (!attached || !atomic_load(&g_pending)) {
+        if (!attached || !atomic_load(&g_pending) || atomic_load(&g_vm_dead)) {
             if (g_next.fd >= 0)
                 close(g_next.fd);
             g_next.fd = -1;
@@ -1212,7 +1472,9 @@ static void *shim_main(void *arg) {
         pthread_mutex_unlock(&g_ctl);
         run_session(jni, fd, count);
     }
-    if (attached)
+    /* Past VMDeath, entering the VM may block for good (an embedded JVM destroyed in a process that lives
+     * on): the thread just ends. */
+    if (attached && !atomic_load(&g_vm_dead))
         (*g_vm)->DetachCurrentThread(g_vm);
     return NULL;
 }
@@ -1241,9 +1503,29 @@ static void JNICALL on_vm_init(jvmtiEnv *jvmti, JNIEnv *jni, jthread thread) {
     JV(SetEventNotificationMode, JVMTI_DISABLE, JVMTI_EVENT_VM_INIT, NULL);
     pthread_mutex_lock(&g_ctl);
     g_live = 1;
-    if (atomic_load(&g_pending))
-        start_thread();
+    if (atomic_load(&g_pending) && start_thread() != 0) {
+        close(g_next.fd); /* its reader sees the end of the stream and goes on without the agent */
+        g_next.fd = -1;
+        atomic_store(&g_pending, 0);
+        warn("cannot start its thread; the JVM runs without it");
+    }
     pthread_mutex_unlock(&g_ctl);
+}
+
+/* Lets the shim thread send what is queued and end the stream cleanly, waiting at most VM_DEATH_WAIT_MS. */
+#define VM_DEATH_WAIT_MS 200
+static void JNICALL on_vm_death(jvmtiEnv *jvmti, JNIEnv *jni) {
+    (void)jvmti, (void)jni;
+    atomic_store(&g_vm_dead, 1);
+    for (int waited = 0; waited < VM_DEATH_WAIT_MS; waited += POLL_MS) {
+        pthread_mutex_lock(&g_ctl);
+        int running = g_thread_running;
+        pthread_mutex_unlock(&g_ctl);
+        if (!running)
+            break;
+        struct timespec ts = {0, POLL_MS * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 /* Creates the JVMTI environment once per process; caller holds g_ctl. */
@@ -1267,8 +1549,10 @@ static int init_env(JavaVM *vm, int onload) {
     cb.ThreadStart = on_thread_start;
     cb.ThreadEnd = on_thread_end;
     cb.VMInit = on_vm_init;
+    cb.VMDeath = on_vm_death;
     if ((*env)->AddCapabilities(env, &caps) != JVMTI_ERROR_NONE ||
         (*env)->SetEventCallbacks(env, &cb, (jint)sizeof cb) != JVMTI_ERROR_NONE ||
+        (*env)->SetEventNotificationMode(env, JVMTI_ENABLE, JVMTI_EVENT_VM_DEATH, NULL) != JVMTI_ERROR_NONE ||
         (onload && (*env)->SetEventNotificationMode(env, JVMTI_ENABLE, JVMTI_EVENT_VM_INIT, NULL) !=
                        JVMTI_ERROR_NONE)) {
         (*env)->DisposeEnvironment(env);
@@ -1296,19 +1580,28 @@ static int parse_options(const char *options, char *path, size_t cap, uint32_t *
     return 0;
 }
 
-/* The daemon the shim is serving or about to serve, if it is still connected; caller holds g_ctl. */
+/* The session's writes have waited for its reader for TAKEOVER_NS: it stopped reading. */
+static int session_stalled(void) {
+    uint64_t since = atomic_load(&g_stalled_since);
+    return since && now_ns() - since > TAKEOVER_NS;
+}
+
+/* The daemon the shim is serving or about to serve, if it is still connected and reading; caller holds g_ctl. */
 static const struct daemon *current_daemon(void) {
     if (daemon_alive(g_next.fd))
         return &g_next;
-    return daemon_alive(g_conn.fd) ? &g_conn : NULL;
+    return daemon_alive(g_conn.fd) && !session_stalled() ? &g_conn : NULL;
 }
 
 /* Runs on the Attach Listener (or the main thread for Agent_OnLoad): only non-blocking socket calls. */
 static jint start(JavaVM *vm, const char *options, int onload) {
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     uint32_t daemon_pid;
-    if (!vm || parse_options(options, path, sizeof path, &daemon_pid) != 0)
-        return JNI_ERR;
+    if (!vm || parse_options(options, path, sizeof path, &daemon_pid) != 0) {
+        if (onload)
+            warn("expects the absolute path of jvmperf's socket as its option; the JVM runs without it");
+        return onload ? JNI_OK : JNI_ERR;
+    }
     pthread_mutex_lock(&g_ctl);
     int rc = init_env(vm, onload);
     const struct daemon *owner = rc == 0 ? current_daemon() : NULL;
@@ -1343,6 +1636,11 @@ static jint start(JavaVM *vm, const char *options, int onload) {
     if (rc == 0)
         g_ever_ok = 1;
     pthread_mutex_unlock(&g_ctl);
+    if (rc != 0 && onload) {
+        /* A profiler must never keep a JVM from starting. */
+        warn("no jvmperf is listening on its socket; the JVM runs without it");
+        return JNI_OK;
+    }
     return rc == 0 ? JNI_OK : JNI_ERR;
 }
 

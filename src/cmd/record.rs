@@ -194,12 +194,26 @@ fn print_summary(opts: &RecordOptions, r: &Recording, naming_took: Duration) {
         r.stats.lost,
         r.unresolved_compiled
     );
+    let capability = match r.shim_stats.and_then(|s| s.extra) {
+        Some(x) if opts.precise_inlining && x.holds_retransform => {
+            "; the agent still holds can_retransform_classes"
+        }
+        Some(_) if opts.precise_inlining => "; the agent gave can_retransform_classes back",
+        _ => "",
+    };
     eprintln!(
-        "jvmperf: precise inlining {}: {:.1}% of samples in JIT code hit code compiled after attach (exact pc→inline info); DebugNonSafepoints {}",
+        "jvmperf: precise inlining {}: {:.1}% of samples in JIT code hit code compiled after attach (exact pc→inline info); DebugNonSafepoints {}{capability}",
         if opts.precise_inlining { "on" } else { "off" },
         r.precise_percent,
         if r.debug_non_safepoints { "on" } else { "off" }
     );
+    if r.shim_dropped.0 > 0 {
+        eprintln!(
+            "jvmperf: the agent dropped {} code records ({} KiB): its queue in the JVM was full because jvmperf read too slowly; code they describe may be unnamed",
+            r.shim_dropped.0,
+            r.shim_dropped.1.div_ceil(1024)
+        );
+    }
     eprintln!(
         "jvmperf: one-off: loading native debug info took {:.2} CPU-s (in the background while sampling); {}",
         r.debug_info_cpu.as_secs_f64(),
@@ -311,8 +325,14 @@ fn status_line(
 ) -> String {
     let kib = own_memory_kib();
     let shim = shim.map_or("shim_kib=? shim_queue_peak_kib=?".to_string(), |s| {
+        let extra = s.extra.map_or(String::new(), |x| {
+            format!(
+                " shim_dropped={} shim_thread_events={} shim_thread_event_ns={} shim_thread_event_max_ns={}",
+                x.dropped_records, x.thread_events, x.thread_event_ns, x.thread_event_max_ns
+            )
+        });
         format!(
-            "shim_kib={} shim_queue_peak_kib={}",
+            "shim_kib={} shim_queue_peak_kib={}{extra}",
             s.total_bytes / 1024,
             s.queue_high_water / 1024
         )

@@ -195,6 +195,10 @@ pub struct Recording {
     pub coverage: Option<Coverage>,
     /// How the samples were taken.
     pub strategy: Strategy,
+    /// Records the shim dropped (its queue in the JVM was full) and their bytes.
+    pub shim_dropped: (u64, u64),
+    /// What the shim last said of itself.
+    pub shim_stats: Option<ShimStats>,
 }
 
 /// Samples taken on a CPU against those the target's CPU time over the window predicts (its
@@ -625,6 +629,11 @@ impl Engine {
             ended: self.ended.take(),
             coverage,
             strategy: self.sampler.strategy().clone(),
+            shim_dropped: (
+                self.live.state.dropped_records,
+                self.live.state.dropped_bytes,
+            ),
+            shim_stats: self.live.state.shim_stats,
         }
     }
 

@@ -67,7 +67,8 @@ pub struct NmethodLoad {
     pub compiled: Option<CompiledCode>,
 }
 
-/// The shim's own memory (STATS, version 1 fields; later versions append more, ignored here).
+/// The shim's own memory and costs (STATS; version 1 fields, and version 2's when sent; later
+/// versions append more, ignored here).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ShimStats {
     pub version: u32,
@@ -81,6 +82,23 @@ pub struct ShimStats {
     pub command_buffer_bytes: u64,
     pub write_buffer_bytes: u64,
     pub methods_forgotten: u64,
+    /// Version 2: what the shim has in the target beyond memory.
+    pub extra: Option<ShimStatsV2>,
+}
+
+/// STATS version 2 fields.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ShimStatsV2 {
+    /// Records dropped on this connection (the queue was full), as DROPPED says.
+    pub dropped_records: u64,
+    pub dropped_bytes: u64,
+    /// ThreadStart/ThreadEnd callbacks the shim served on application threads, and the time those
+    /// threads spent in them (total and longest), in ns.
+    pub thread_events: u64,
+    pub thread_event_ns: u64,
+    pub thread_event_max_ns: u64,
+    /// Whether the shim holds `can_retransform_classes` now (it gives it back after a retransform).
+    pub holds_retransform: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -303,17 +321,32 @@ pub fn decode_frame(body: &[u8]) -> Result<Frame, ProtocolError> {
             retransformed: c.u32()?,
             jvmti_error: c.i32()?,
         },
-        KIND_STATS => Record::Stats(ShimStats {
-            version: c.u32()?,
-            total_bytes: c.u64()?,
-            queue_capacity: c.u64()?,
-            queue_used: c.u64()?,
-            queue_high_water: c.u64()?,
-            sent_method_ids: c.u64()?,
-            sent_ids_bytes: c.u64()?,
-            command_buffer_bytes: c.u64()?,
-            write_buffer_bytes: c.u64()?,
-            methods_forgotten: c.u64()?,
+        KIND_STATS => Record::Stats({
+            let version = c.u32()?;
+            ShimStats {
+                version,
+                total_bytes: c.u64()?,
+                queue_capacity: c.u64()?,
+                queue_used: c.u64()?,
+                queue_high_water: c.u64()?,
+                sent_method_ids: c.u64()?,
+                sent_ids_bytes: c.u64()?,
+                command_buffer_bytes: c.u64()?,
+                write_buffer_bytes: c.u64()?,
+                methods_forgotten: c.u64()?,
+                extra: if version < 2 {
+                    None
+                } else {
+                    Some(ShimStatsV2 {
+                        dropped_records: c.u64()?,
+                        dropped_bytes: c.u64()?,
+                        thread_events: c.u64()?,
+                        thread_event_ns: c.u64()?,
+                        thread_event_max_ns: c.u64()?,
+                        holds_retransform: c.u64()? & 1 != 0,
+                    })
+                },
+            }
         }),
         KIND_METHODS_FORGOTTEN => Record::MethodsForgotten,
         KIND_BUSY => Record::Busy {
@@ -434,6 +467,24 @@ mod tests {
         };
         assert_eq!((s.version, s.total_bytes), (1, 100));
         assert_eq!((s.queue_high_water, s.methods_forgotten), (400, 900));
+        assert_eq!(s.extra, None);
+
+        let mut p = 2u32.to_le_bytes().to_vec();
+        for v in 1..=15u64 {
+            p.extend_from_slice(&(v * 100).to_le_bytes());
+        }
+        let frame = encode_frame(KIND_STATS, 3, &p);
+        let Record::Stats(s) = decode_frame(&frame[4..]).unwrap().record else {
+            panic!("not stats")
+        };
+        let extra = s.extra.expect("version 2 fields");
+        assert_eq!(
+            (extra.dropped_records, extra.thread_event_max_ns),
+            (1000, 1400)
+        );
+        assert!(!extra.holds_retransform);
+        let truncated = encode_frame(KIND_STATS, 3, &p[..p.len() - 8]);
+        assert!(decode_frame(&truncated[4..]).is_err());
         let marker = encode_frame(KIND_METHODS_FORGOTTEN, 4, &[]);
         assert_eq!(
             decode_frame(&marker[4..]).unwrap().record,
