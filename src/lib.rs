@@ -18,6 +18,6 @@ pub mod process;
 pub mod profile;
 pub mod sampler;
 pub mod shim;
-pub(crate) mod shim_lib;
+pub mod shim_lib;
 pub(crate) mod symbolize;
 pub(crate) mod walker;

@@ -257,7 +257,7 @@ static int g_can_retransform;
 static _Atomic uint64_t g_stalled_since;
 static atomic_int g_vm_dead; /* VMDeath was posted: end the session after sending what is queued */
 
-/* Time application threads spend in the shim's ThreadStart/ThreadEnd callbacks (STATS). */
+/* Time application threads spent in the shim's ThreadStart/ThreadEnd callbacks this session (STATS). */
 static _Atomic uint64_t g_thread_events, g_thread_event_ns, g_thread_event_max_ns;
 
 static int on_replay_thread(void) {
@@ -1389,6 +1389,9 @@ static void run_session(JNIEnv *jni, int fd, uint32_t attach_count) {
     Q.gen++;
     Q.drop_records = Q.drop_bytes = 0;
     pthread_mutex_unlock(&g_q);
+    atomic_store(&g_thread_events, 0);
+    atomic_store(&g_thread_event_ns, 0);
+    atomic_store(&g_thread_event_max_ns, 0);
     g_fd = fd;
     g_replay_failed = 0;
     g_replay_nmethods = g_replay_blobs = 0;

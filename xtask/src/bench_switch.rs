@@ -8,6 +8,11 @@
 //! profiler's window is its steady sampling (start-up and its work after sampling left out).
 //! Throughput is work per wall second, never per JVM CPU-second.
 //!
+//! With `--spawn` the app runs every unit on a thread of its own (`bench.Throughput --spawn`: a
+//! thread start and end per unit), which prices what a profiler does per thread: the agent's
+//! ThreadStart/ThreadEnd callbacks run on those threads, and jvmperf's `--status-every` lines give
+//! the time they spent in them, printed per profiler.
+//!
 //! Profilers: jvmperf record at 19 and 99 Hz (per CPU where allowed, the default), `jvmperf
 //! daemon -F 19`, jvmperf record `--sampling per-thread` at 19 Hz, `perf record -p` (per-thread
 //! events) and `perf record -a` (per-CPU events) at 19 Hz, and async-profiler `-e cpu` and `-e
@@ -121,8 +126,32 @@ fn pinned(program: impl AsRef<std::ffi::OsStr>) -> Command {
     cmd
 }
 
-/// Runs `p` once; returns its steady sampling span.
-fn run(t: &mut Target, p: &Profiler, jvmperf: &Path, dir: &Path) -> Result<Span> {
+/// What the application threads spent in the agent's ThreadStart/ThreadEnd callbacks, from the
+/// last `--status-every` line of a jvmperf record: (events, total ns, longest ns).
+fn shim_thread_events(err: &str) -> Option<(u64, u64, u64)> {
+    let line = err
+        .lines()
+        .rev()
+        .find(|l| l.contains("shim_thread_events="))?;
+    let field = |key: &str| -> Option<u64> {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+    };
+    Some((
+        field("shim_thread_events")?,
+        field("shim_thread_event_ns")?,
+        field("shim_thread_event_max_ns")?,
+    ))
+}
+
+/// Runs `p` once; returns its steady sampling span, and for jvmperf record what its agent's thread
+/// callbacks cost.
+fn run(
+    t: &mut Target,
+    p: &Profiler,
+    jvmperf: &Path,
+    dir: &Path,
+) -> Result<(Span, Option<(u64, u64, u64)>)> {
     let pid = t.jvm.pid().to_string();
     let window = WINDOW_SECS.to_string();
     let start = monotonic_ns();
@@ -131,6 +160,7 @@ fn run(t: &mut Target, p: &Profiler, jvmperf: &Path, dir: &Path) -> Result<Span>
         Profiler::Record { hz, per_thread } => {
             let mut cmd = pinned(jvmperf);
             cmd.args(["record", "-p", &pid, "-d", &window, "-F", &hz.to_string()])
+                .args(["--status-every", "1"])
                 .arg("-o")
                 .arg(dir.join("out.collapsed"));
             if *per_thread {
@@ -143,7 +173,7 @@ fn run(t: &mut Target, p: &Profiler, jvmperf: &Path, dir: &Path) -> Result<Span>
                 "jvmperf record",
                 Duration::from_secs(WINDOW_SECS + 120),
             )?;
-            return record_span(&err);
+            return Ok((record_span(&err)?, shim_thread_events(&err)));
         }
         Profiler::Daemon { hz } => {
             let mut cmd = pinned(jvmperf);
@@ -198,10 +228,11 @@ fn run(t: &mut Target, p: &Profiler, jvmperf: &Path, dir: &Path) -> Result<Span>
         }
     }
     let begin = start + (startup + MARGIN).as_nanos() as u64;
-    Ok(Span {
+    let span = Span {
         start: begin,
         end: begin + (sampling - 2 * MARGIN).as_nanos() as u64,
-    })
+    };
+    Ok((span, None))
 }
 
 /// The steady span of a `jvmperf record` run: its sample window less the margins.
@@ -216,12 +247,14 @@ fn record_span(err: &str) -> Result<Span> {
 
 struct Args {
     pairs: usize,
+    spawn: bool,
 }
 
 fn parse_args(args: &[String]) -> Result<Args> {
-    const USAGE: &str = "usage: cargo xtask bench switch [--pairs N (default 4)]; ASPROF=/path/to/asprof adds async-profiler";
+    const USAGE: &str = "usage: cargo xtask bench switch [--pairs N (default 4)] [--spawn]; ASPROF=/path/to/asprof adds async-profiler";
     let mut parsed = Args {
         pairs: DEFAULT_PAIRS,
+        spawn: false,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -233,6 +266,7 @@ fn parse_args(args: &[String]) -> Result<Args> {
                     .filter(|&n| n > 0)
                     .context(USAGE)?
             }
+            "--spawn" => parsed.spawn = true,
             _ => bail!("{USAGE}"),
         }
     }
@@ -261,7 +295,7 @@ fn measure(jvmperf: &Path, args: &Args, dir: &Path) -> Result<()> {
         &[],
         &bench_jvm::classes(),
         "bench.Throughput",
-        &["--handoff"],
+        &[if args.spawn { "--spawn" } else { "--handoff" }],
     )?;
     // Every thread of the JVM, and so the threads it starts later, on CPU 0.
     let status = Command::new("taskset")
@@ -275,7 +309,8 @@ fn measure(jvmperf: &Path, args: &Args, dir: &Path) -> Result<()> {
         log: WorkLog::default(),
     };
     println!(
-        "switch: bench.Throughput --handoff pinned to CPU {JVM_CPU}, profilers pinned to CPU {PROFILER_CPU}; {} rounds of idle ({} s) / profiler ({WINDOW_SECS} s) windows{}",
+        "switch: bench.Throughput {} pinned to CPU {JVM_CPU}, profilers pinned to CPU {PROFILER_CPU}; {} rounds of idle ({} s) / profiler ({WINDOW_SECS} s) windows{}",
+        if args.spawn { "--spawn" } else { "--handoff" },
         args.pairs,
         4,
         if asprof.is_none() {
@@ -287,9 +322,14 @@ fn measure(jvmperf: &Path, args: &Args, dir: &Path) -> Result<()> {
     t.idle(Duration::from_millis(300))?;
     let mut idle = vec![t.idle_window()?];
     let mut runs: Vec<(usize, Span)> = Vec::new();
+    let mut thread_events = vec![(0u64, 0u64, 0u64); profilers.len()];
     for _ in 0..args.pairs {
         for (i, p) in profilers.iter().enumerate() {
-            let span = run(&mut t, p, jvmperf, dir)?;
+            let (span, events) = run(&mut t, p, jvmperf, dir)?;
+            if let Some((n, ns, max)) = events {
+                let sum = &mut thread_events[i];
+                *sum = (sum.0 + n, sum.1 + ns, sum.2.max(max));
+            }
             let _ = std::fs::remove_dir_all(dir.join("daemon"));
             let _ = std::fs::remove_file(dir.join("perf.data"));
             t.idle(SETTLE)?;
@@ -304,8 +344,13 @@ fn measure(jvmperf: &Path, args: &Args, dir: &Path) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let base = median(idle_rates.clone());
     println!(
-        "switch: idle windows: {} units/s (median {base:.0}; each unit is about one context switch)",
+        "switch: idle windows: {} units/s (median {base:.0}; each unit is {})",
         list(&idle_rates, 0),
+        if args.spawn {
+            "a thread started, run and joined"
+        } else {
+            "about one context switch"
+        }
     );
     for (i, p) in profilers.iter().enumerate() {
         let mut kept = Vec::new();
@@ -315,12 +360,23 @@ fn measure(jvmperf: &Path, args: &Args, dir: &Path) -> Result<()> {
         }
         let kept_median = median(kept.clone());
         // Time per unit profiled less time per unit idle: the cost per context switch.
-        let per_switch_us = (1.0 / kept_median - 1.0) / base * 1e6;
+        let per_unit_us = (1.0 / kept_median - 1.0) / base * 1e6;
+        let (n, ns, max) = thread_events[i];
+        let callbacks = if n > 0 {
+            format!(
+                "; agent's thread callbacks: {n} events, {:.2} us each on average, longest {:.1} us",
+                ns as f64 / n as f64 / 1e3,
+                max as f64 / 1e3
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "switch: {:<48} throughput kept {:.1}% (per pair {} %), {per_switch_us:.2} us per context switch",
+            "switch: {:<48} throughput kept {:.1}% (per pair {} %), {per_unit_us:.2} us per {}{callbacks}",
             p.name(),
             kept_median * 100.0,
             list(&kept.iter().map(|k| k * 100.0).collect::<Vec<_>>(), 1),
+            if args.spawn { "thread" } else { "context switch" },
         );
     }
     Ok(())

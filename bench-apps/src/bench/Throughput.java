@@ -17,13 +17,19 @@ import java.util.concurrent.locks.LockSupport;
  * switch out and one in, as in a thread pool handing small tasks on. Profilers that do work per
  * context switch (wall-clock modes) show their cost there.
  *
+ * <p>With {@code --spawn} each unit runs on a thread of its own ({@code throughput-unit}) that the
+ * worker starts and joins: every unit costs a thread start and end, as in a JVM that creates a
+ * thread per task. Profilers that do work per thread (agents' ThreadStart/ThreadEnd callbacks,
+ * per-thread events) show their cost there.
+ *
  * <p>Run with {@code java -cp target/bench-apps/classes bench.Throughput [--threads N]
- * [--handoff] [seconds]} (default 2 threads). Prints {@code READY} after 2 s of warm-up.
+ * [--handoff | --spawn] [seconds]} (default 2 threads). Prints {@code READY} after 2 s of warm-up.
  */
 public final class Throughput {
     /** The worker whose turn it is, with {@code --handoff}. */
     static volatile Worker turn;
     static boolean handoff;
+    static boolean spawn;
 
     static final int DEPTH = 32;
     static final int LOOP = 4000;
@@ -54,7 +60,7 @@ public final class Throughput {
                         LockSupport.park(this);
                     }
                 }
-                seed = recurse(DEPTH, seed);
+                seed = spawn ? onOwnThread(seed) : recurse(DEPTH, seed);
                 units = ++done;
                 if (handoff) {
                     turn = next;
@@ -63,6 +69,21 @@ public final class Throughput {
                 if ((done & 1023) == 0) {
                     sink = seed;
                 }
+            }
+        }
+    }
+
+    /** One unit on a new thread, started and joined. */
+    static long onOwnThread(long seed) {
+        long[] out = {seed};
+        Thread t = new Thread(() -> out[0] = recurse(DEPTH, out[0]), "throughput-unit");
+        t.start();
+        while (true) {
+            try {
+                t.join();
+                return out[0];
+            } catch (InterruptedException e) {
+                // not interrupted in this benchmark; keep waiting
             }
         }
     }
@@ -91,6 +112,8 @@ public final class Throughput {
                 threads = Integer.parseInt(args[++i]);
             } else if (args[i].equals("--handoff")) {
                 handoff = true;
+            } else if (args[i].equals("--spawn")) {
+                spawn = true;
             } else {
                 seconds = Long.parseLong(args[i]);
             }

@@ -1,0 +1,230 @@
+//! The agent inside the JVM (`java-agent-shim/`): a reader that stops reading, the capability it
+//! gives back, thread churn under `-Xcheck:jni`, and a JVM started with `-agentpath` and no
+//! jvmperf. Real JVMs, real attach.
+
+mod common;
+
+use common::*;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("jvmperf-shim-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < timeout, "{what}: not within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    start.elapsed()
+}
+
+fn has_shim_thread(pid: u32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks.flatten().any(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .is_ok_and(|c| c.trim_end() == "jvmperf-shim")
+            })
+        })
+        .unwrap_or(false)
+}
+
+/// The JVM's count of unloaded classes (`jcmd PerfCounter.print`).
+fn unloaded_classes(pid: u32) -> u64 {
+    let out = Command::new(java_home().join("bin/jcmd"))
+        .args([&pid.to_string(), "PerfCounter.print"])
+        .output()
+        .expect("jcmd");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("java.cls.unloadedClasses="))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no unloaded-class counter: {out:?}"))
+}
+
+/// A `jvmperf record` that stops reading in the middle of the agent's replay (SIGSTOP) loses its
+/// session within the agent's write deadline: the JVM is not held (its classes go on unloading)
+/// and the next recording is served by the agent while the stopped one still exists.
+#[test]
+fn a_reader_stopped_mid_replay_loses_its_session_and_the_next_one_is_served() {
+    let scratch = Scratch::new("stalled");
+    // Thousands of nmethods to replay, and classes unloading all the time.
+    let jvm = Jvm::start(
+        &["-XX:ReservedCodeCacheSize=16m", "-XX:+UseSerialGC"],
+        "bench.CodeChurn",
+        &[],
+    );
+    let pid = jvm.pid;
+    let maps = format!("/proc/{pid}/maps");
+    let mut stuck = jvmperf()
+        .args(["record", "-p", &pid.to_string(), "-d", "120", "-o"])
+        .arg(scratch.path("stuck.collapsed"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Stopped as soon as the JVM has loaded the agent: its replay (megabytes) then meets a reader
+    // that reads nothing.
+    wait_until("the agent loaded", Duration::from_secs(60), || {
+        std::fs::read_to_string(&maps).is_ok_and(|m| m.contains("libjvmperf-shim"))
+    });
+    kill(Pid::from_raw(stuck.id() as i32), Signal::SIGSTOP).unwrap();
+    let stopped = Instant::now();
+    let unloaded_at_stop = unloaded_classes(pid);
+
+    // The agent's thread ends with its session: 5 s without progress, plus a margin.
+    wait_until(
+        "the agent ending the stalled session",
+        Duration::from_secs(20),
+        || !has_shim_thread(pid),
+    );
+    let ended_after = stopped.elapsed();
+    let unloaded_at_end = unloaded_classes(pid);
+    std::thread::sleep(Duration::from_secs(3));
+    let unloaded_later = unloaded_classes(pid);
+    eprintln!(
+        "session ended {ended_after:?} after the reader stopped; unloaded classes: {unloaded_at_stop} at the stop, {unloaded_at_end} at the end, {unloaded_later} 3 s later"
+    );
+    assert!(
+        unloaded_later > unloaded_at_end,
+        "class unloading stalled: {unloaded_at_end} then {unloaded_later}"
+    );
+
+    let out = scratch.path("next.collapsed");
+    let res = run_jvmperf(&["record", "-p", &pid.to_string(), "-d", "2", "-o", s(&out)]);
+    let err = stderr_of(&res);
+    assert!(res.status.success(), "{err}");
+    assert!(!err.contains("without the agent"), "{err}");
+    let collapsed = std::fs::read_to_string(&out).unwrap();
+    assert!(collapsed.contains("bench.CodeChurn"), "{collapsed}");
+    assert!(
+        stuck.try_wait().unwrap().is_none(),
+        "the stopped reader went away"
+    );
+
+    stuck.kill().unwrap();
+    stuck.wait().unwrap();
+    assert!(jvm.is_alive());
+}
+
+/// `--precise-inlining` retransforms classes with the capability it takes for that, then gives it
+/// back.
+#[test]
+fn precise_inlining_gives_the_retransform_capability_back() {
+    let scratch = Scratch::new("retransform");
+    let jvm = Jvm::start(&[], "bench.InlineHot", &[]);
+    let out = scratch.path("precise.collapsed");
+    let res = run_jvmperf(&[
+        "record",
+        "-p",
+        &jvm.pid.to_string(),
+        "-d",
+        "4",
+        "--precise-inlining",
+        "-o",
+        s(&out),
+    ]);
+    let err = stderr_of(&res);
+    assert!(res.status.success(), "{err}");
+    assert!(
+        err.contains("the agent gave can_retransform_classes back"),
+        "{err}"
+    );
+}
+
+/// Thousands of threads started and ended per second while recorded, under `-Xcheck:jni`: the
+/// agent's callbacks on those threads make no JNI warning, and the agent accounts for them.
+#[test]
+fn thread_churn_under_xcheck_jni() {
+    let scratch = Scratch::new("churn");
+    let jvm = Jvm::start(&["-Xcheck:jni"], "bench.Throughput", &["--spawn"]);
+    let out = scratch.path("churn.collapsed");
+    let res = run_jvmperf(&[
+        "record",
+        "-p",
+        &jvm.pid.to_string(),
+        "-d",
+        "3",
+        "--status-every",
+        "1",
+        "-o",
+        s(&out),
+    ]);
+    let err = stderr_of(&res);
+    assert!(res.status.success(), "{err}");
+    let events: u64 = err
+        .lines()
+        .rev()
+        .find_map(|l| {
+            l.split_whitespace()
+                .find_map(|kv| kv.strip_prefix("shim_thread_events=")?.parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no shim_thread_events in {err}"));
+    assert!(events >= 1000, "{events} thread events in 2 s: {err}");
+    let collapsed = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        collapsed.contains("bench.Throughput.recurse"),
+        "{collapsed}"
+    );
+    let jvm_output: Vec<String> = jvm
+        .stdout_lines()
+        .into_iter()
+        .chain(jvm.stderr.lock().unwrap().iter().cloned())
+        .filter(|l| l.contains("in native method") || l.contains("JNI"))
+        .collect();
+    assert!(jvm_output.is_empty(), "{jvm_output:?}");
+}
+
+/// A JVM started with the agent on its command line and no jvmperf listening starts anyway,
+/// with one line that says so; also with a malformed option.
+#[test]
+fn a_jvm_started_with_the_agent_and_no_jvmperf_runs() {
+    let scratch = Scratch::new("agentpath");
+    let lib = scratch.path("libjvmperf-shim.so");
+    std::fs::write(&lib, jvmperf::shim_lib::SHIM_SO).unwrap();
+    for (option, said) in [
+        (
+            format!("={}", s(&scratch.path("nobody.sock"))),
+            "jvmperf shim: no jvmperf is listening on its socket; the JVM runs without it",
+        ),
+        (
+            String::new(),
+            "jvmperf shim: expects the absolute path of jvmperf's socket as its option; the JVM runs without it",
+        ),
+    ] {
+        let agent = format!("-agentpath:{}{option}", s(&lib));
+        let out = java_command(&bench_classes(), &[&agent], "bench.Throughput", &["1"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{agent}: {stderr}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("WORK"));
+        assert_eq!(stderr.trim_end(), said, "{agent}");
+    }
+}
