@@ -126,9 +126,12 @@ fn pinned(program: impl AsRef<std::ffi::OsStr>) -> Command {
     cmd
 }
 
-/// What the application threads spent in the agent's ThreadStart/ThreadEnd callbacks, from the
-/// last `--status-every` line of a jvmperf record: (events, total ns, longest ns).
-fn shim_thread_events(err: &str) -> Option<(u64, u64, u64)> {
+/// What the application threads spent in the agent's ThreadStart/ThreadEnd callbacks: (events,
+/// total ns, longest ns).
+type ThreadEvents = (u64, u64, u64);
+
+/// [`ThreadEvents`] from the last `--status-every` line of a jvmperf record.
+fn shim_thread_events(err: &str) -> Option<ThreadEvents> {
     let line = err
         .lines()
         .rev()
@@ -151,7 +154,7 @@ fn run(
     p: &Profiler,
     jvmperf: &Path,
     dir: &Path,
-) -> Result<(Span, Option<(u64, u64, u64)>)> {
+) -> Result<(Span, Option<ThreadEvents>)> {
     let pid = t.jvm.pid().to_string();
     let window = WINDOW_SECS.to_string();
     let start = monotonic_ns();
@@ -322,7 +325,7 @@ fn measure(jvmperf: &Path, args: &Args, dir: &Path) -> Result<()> {
     t.idle(Duration::from_millis(300))?;
     let mut idle = vec![t.idle_window()?];
     let mut runs: Vec<(usize, Span)> = Vec::new();
-    let mut thread_events = vec![(0u64, 0u64, 0u64); profilers.len()];
+    let mut thread_events: Vec<ThreadEvents> = vec![(0, 0, 0); profilers.len()];
     for _ in 0..args.pairs {
         for (i, p) in profilers.iter().enumerate() {
             let (span, events) = run(&mut t, p, jvmperf, dir)?;
