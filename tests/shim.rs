@@ -228,3 +228,75 @@ fn a_jvm_started_with_the_agent_and_no_jvmperf_runs() {
         assert_eq!(stderr.trim_end(), said, "{agent}");
     }
 }
+
+/// A second copy of the agent (another jvmperf version places its own, under another name) that is
+/// loaded while the first serves a recording answers BUSY naming that recording, which goes on.
+#[test]
+fn a_second_copy_of_the_agent_defers_to_the_session_of_the_first() {
+    use std::io::Read;
+    use std::os::unix::net::UnixListener;
+    let scratch = Scratch::new("two-copies");
+    let jvm = Jvm::start(&[], "bench.Throughput", &[]);
+    let pid = jvm.pid;
+    let first_out = scratch.path("first.collapsed");
+    let mut first = jvmperf()
+        .args(["record", "-p", &pid.to_string(), "-d", "8", "-o"])
+        .arg(&first_out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the first session", Duration::from_secs(60), || {
+        has_shim_thread(pid)
+    });
+
+    let lib = scratch.path("libjvmperf-shim-another-version.so");
+    std::fs::write(&lib, jvmperf::shim_lib::SHIM_SO).unwrap();
+    let sock = scratch.path("another.sock");
+    let listener = UnixListener::bind(&sock).unwrap();
+    let load = Command::new(java_home().join("bin/jcmd"))
+        .args([&pid.to_string(), "JVMTI.agent_load", s(&lib), s(&sock)])
+        .output()
+        .unwrap();
+    assert!(load.status.success(), "{load:?}");
+    listener.set_nonblocking(true).unwrap();
+    let mut conn = None;
+    wait_until(
+        "the second copy connecting",
+        Duration::from_secs(10),
+        || {
+            conn = listener.accept().ok().map(|(c, _)| c);
+            conn.is_some()
+        },
+    );
+    let mut conn = conn.unwrap();
+    conn.set_nonblocking(false).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    // The first frame: u32 len, u16 kind (13 = BUSY), u16 flags, u64 time, u32 version, u32 daemon
+    // pid; then the end of the stream.
+    let mut said = [0u8; 24];
+    conn.read_exact(&mut said[..6]).unwrap();
+    assert_eq!(u16::from_le_bytes([said[4], said[5]]), 13, "{said:?}");
+    conn.read_exact(&mut said[6..]).unwrap();
+    assert_eq!(u32::from_le_bytes(said[..4].try_into().unwrap()), 20);
+    let owner = u32::from_le_bytes(said[20..24].try_into().unwrap());
+    assert_eq!(owner, first.id());
+    assert_eq!(conn.read(&mut [0u8; 1]).unwrap(), 0, "more after BUSY");
+
+    let status = first.wait().unwrap();
+    let mut err = String::new();
+    first
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(status.success(), "{err}");
+    assert!(!err.contains("ended early"), "{err}");
+    let collapsed = std::fs::read_to_string(&first_out).unwrap();
+    assert!(
+        collapsed.contains("bench.Throughput.recurse"),
+        "{collapsed}"
+    );
+}

@@ -16,6 +16,7 @@
  * (OUT_CAP, static). Event callbacks free their encoding buffers before they return. STATS reports all of it.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -24,8 +25,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
@@ -207,6 +210,24 @@ static int g_live;       /* live phase reached (Agent_OnLoad waits for VMInit) *
 static int g_ever_ok;    /* some Agent_OnAttach/OnLoad returned 0, so the library stays loaded */
 static atomic_int g_pending; /* an attach request waits for the shim thread */
 
+/* One session per JVM, whatever the number of shim copies: each jvmperf version embeds its own shim, loaded
+ * from a path named by its version, so a JVM may hold several copies, each with its own globals. What must be
+ * unique per process lives in a block every copy finds among the process's file descriptors: a memfd named
+ * SESSION_MEMFD (fds are shared by the whole process). Written only by the copy that owns the session, except
+ * `stop`, which a copy taking over a dead or stalled session sets. */
+#define SESSION_MEMFD "jvmperf-shim-session"
+#define SESSION_MAGIC 0x3130736e6670766aull /* "jvpfns01": layout version 1 */
+struct session_block {
+    _Atomic uint64_t magic;
+    _Atomic uint64_t owner;         /* the copy serving a daemon (its token), 0 for none */
+    _Atomic uint32_t daemon_pid;    /* that daemon's pid, named in BUSY */
+    _Atomic int32_t fd;             /* its socket (-1 while it starts or ends) */
+    _Atomic uint64_t stalled_since; /* its socket writes have waited for the reader since (0: they do not) */
+    _Atomic uint32_t stop;          /* another copy takes over: end the session */
+};
+static struct session_block g_own_block = {.fd = -1}; /* when no shared block can be made */
+static struct session_block *g_sess = &g_own_block;
+
 /* Connection state shared with the event callbacks; guarded by g_q. Work under g_q is bounded by the size of
  * one record (a sub-table of the id set grows by itself; big frames are copied outside the lock). */
 static pthread_mutex_t g_q = PTHREAD_MUTEX_INITIALIZER;
@@ -253,8 +274,6 @@ static int g_replay_failed;
 static uint32_t g_replay_nmethods, g_replay_blobs;
 static int g_can_retransform;
 
-/* When the shim thread's current socket write started waiting for the reader (0: it is not waiting). */
-static _Atomic uint64_t g_stalled_since;
 static atomic_int g_vm_dead; /* VMDeath was posted: end the session after sending what is queued */
 
 /* Time application threads spent in the shim's ThreadStart/ThreadEnd callbacks this session (STATS). */
@@ -482,16 +501,16 @@ static int sock_write_all(const void *data, size_t n) {
         if (w > 0) {
             p += w;
             n -= (size_t)w;
-            atomic_store(&g_stalled_since, 0);
+            atomic_store(&g_sess->stalled_since, 0);
         } else if (w < 0 && errno == EINTR) {
             continue;
         } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            uint64_t now = now_ns(), since = atomic_load(&g_stalled_since);
+            uint64_t now = now_ns(), since = atomic_load(&g_sess->stalled_since);
             if (!since)
-                atomic_store(&g_stalled_since, since = now);
+                atomic_store(&g_sess->stalled_since, since = now);
             uint64_t deadline = atomic_load(&g_vm_dead) ? DEATH_WRITE_DEADLINE_NS : WRITE_DEADLINE_NS;
             /* A newly attached reader replaces a stuck one. */
-            if (atomic_load(&g_pending) || now - since > deadline) {
+            if (atomic_load(&g_pending) || atomic_load(&g_sess->stop) || now - since > deadline) {
                 rc = -1;
                 break;
             }
@@ -506,7 +525,7 @@ static int sock_write_all(const void *data, size_t n) {
         }
     }
     if (rc < 0)
-        atomic_store(&g_stalled_since, 0); /* the session ends */
+        atomic_store(&g_sess->stalled_since, 0); /* the session ends */
     return rc;
 }
 
@@ -1377,9 +1396,106 @@ static void send_busy(const char *path, uint32_t owner_pid) {
     close(fd);
 }
 
+static uint64_t my_token(void) {
+    return (uint64_t)(uintptr_t)&g_own_block; /* unique per loaded copy */
+}
+
+static struct session_block *map_block(int fd) {
+    void *p = mmap(NULL, sizeof(struct session_block), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* Finds the block another copy made, else makes it; caller holds g_ctl. Copies attach one at a time (the JVM
+ * runs every attach request on its Attach Listener), so two never make one each. */
+static void find_session_block(void) {
+    if (g_sess != &g_own_block)
+        return;
+    DIR *dir = opendir("/proc/self/fd");
+    for (struct dirent *e; dir && g_sess == &g_own_block && (e = readdir(dir));) {
+        char target[64];
+        ssize_t n = readlinkat(dirfd(dir), e->d_name, target, sizeof target - 1);
+        if (n <= 0)
+            continue;
+        target[n] = 0;
+        struct stat st;
+        int fd = atoi(e->d_name);
+        if (strncmp(target, "/memfd:" SESSION_MEMFD " ", strlen("/memfd:" SESSION_MEMFD " ")) != 0 ||
+            fstat(fd, &st) != 0 || st.st_size < (off_t)sizeof(struct session_block))
+            continue;
+        struct session_block *b = map_block(fd);
+        if (b && atomic_load(&b->magic) == SESSION_MAGIC)
+            g_sess = b;
+        else if (b)
+            munmap(b, sizeof *b);
+    }
+    if (dir)
+        closedir(dir);
+    if (g_sess != &g_own_block)
+        return;
+    /* The raw system call: glibc's memfd_create wrapper (2.27) is newer than some JVMs' glibc. */
+    int fd = (int)syscall(SYS_memfd_create, SESSION_MEMFD, 1u /* MFD_CLOEXEC */);
+    if (fd < 0)
+        return;
+    struct session_block *b = ftruncate(fd, sizeof *b) == 0 ? map_block(fd) : NULL;
+    if (!b) {
+        close(fd);
+        return;
+    }
+    atomic_store(&b->fd, -1);
+    atomic_store(&b->magic, SESSION_MAGIC);
+    g_sess = b; /* fd stays open for good: it is how the other copies find the block */
+}
+
+/* Another copy serves a daemon that is there and reading: its pid in *pid. One whose daemon is gone or stopped
+ * reading is asked to end its session (this copy's shim thread then waits for it, see claim_session). */
+static int other_copy_serving(uint32_t *pid) {
+    uint64_t owner = atomic_load(&g_sess->owner);
+    if (!owner || owner == my_token())
+        return 0;
+    int fd = atomic_load(&g_sess->fd);
+    uint64_t since = atomic_load(&g_sess->stalled_since);
+    if (fd < 0 || (daemon_alive(fd) && !(since && now_ns() - since > TAKEOVER_NS))) {
+        *pid = atomic_load(&g_sess->daemon_pid);
+        return 1;
+    }
+    atomic_store(&g_sess->stop, 1);
+    return 0;
+}
+
+/* Makes this copy the session's owner, waiting up to CLAIM_WAIT_MS for one asked to stop; shim thread. */
+#define CLAIM_WAIT_MS 3000
+static int claim_session(int fd, uint32_t daemon_pid) {
+    for (int waited = 0;; waited += POLL_MS) {
+        uint64_t owner = 0;
+        if (atomic_compare_exchange_strong(&g_sess->owner, &owner, my_token()))
+            break;
+        if (waited >= CLAIM_WAIT_MS)
+            return -1;
+        struct timespec ts = {0, POLL_MS * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    atomic_store(&g_sess->stop, 0);
+    atomic_store(&g_sess->stalled_since, 0);
+    atomic_store(&g_sess->daemon_pid, daemon_pid);
+    atomic_store(&g_sess->fd, fd);
+    return 0;
+}
+
+static void release_session(void) {
+    uint64_t owner = my_token();
+    if (atomic_load(&g_sess->owner) != owner)
+        return;
+    atomic_store(&g_sess->fd, -1);
+    atomic_store(&g_sess->stalled_since, 0);
+    atomic_compare_exchange_strong(&g_sess->owner, &owner, 0);
+}
+
 /* Serves the daemon connected on fd (g_conn) until it goes away or a new attach replaces it, then closes fd. */
-static void run_session(JNIEnv *jni, int fd, uint32_t attach_count) {
-    uint8_t *ring = malloc(QUEUE_CAP);
+static void run_session(JNIEnv *jni, int fd, uint32_t attach_count, uint32_t daemon_pid) {
+    uint8_t *ring = NULL;
+    if (claim_session(fd, daemon_pid) != 0)
+        goto out;
+    ring = malloc(QUEUE_CAP);
     if (!ring)
         goto out;
     pthread_mutex_lock(&g_q);
@@ -1409,7 +1525,7 @@ static void run_session(JNIEnv *jni, int fd, uint32_t attach_count) {
 
         uint64_t last_records = 0, last_bytes = 0, last_time = 0, last_stats = 0;
         int ok = !g_replay_failed && drain(UINT64_MAX) == 0 && send_replay_done() == 0 && flush_out() == 0;
-        while (ok && !atomic_load(&g_pending) && !atomic_load(&g_vm_dead)) {
+        while (ok && !atomic_load(&g_pending) && !atomic_load(&g_sess->stop) && !atomic_load(&g_vm_dead)) {
             struct pollfd pfd = {.fd = fd, .events = POLLIN};
             int pr = poll(&pfd, 1, POLL_MS);
             if (pr < 0 && errno != EINTR)
@@ -1444,6 +1560,7 @@ static void run_session(JNIEnv *jni, int fd, uint32_t attach_count) {
     g_out_len = 0;
     g_fd = -1;
 out:
+    release_session();
     pthread_mutex_lock(&g_ctl);
     g_conn.fd = -1; /* before close: Agent_OnAttach polls it under g_ctl */
     pthread_mutex_unlock(&g_ctl);
@@ -1471,9 +1588,9 @@ static void *shim_main(void *arg) {
         int fd = g_next.fd;
         g_conn = g_next;
         g_next.fd = -1;
-        uint32_t count = g_attach_count;
+        uint32_t count = g_attach_count, daemon_pid = g_conn.pid;
         pthread_mutex_unlock(&g_ctl);
-        run_session(jni, fd, count);
+        run_session(jni, fd, count, daemon_pid);
     }
     /* Past VMDeath, entering the VM may block for good (an embedded JVM destroyed in a process that lives
      * on): the thread just ends. */
@@ -1585,7 +1702,7 @@ static int parse_options(const char *options, char *path, size_t cap, uint32_t *
 
 /* The session's writes have waited for its reader for TAKEOVER_NS: it stopped reading. */
 static int session_stalled(void) {
-    uint64_t since = atomic_load(&g_stalled_since);
+    uint64_t since = atomic_load(&g_sess->stalled_since);
     return since && now_ns() - since > TAKEOVER_NS;
 }
 
@@ -1607,9 +1724,14 @@ static jint start(JavaVM *vm, const char *options, int onload) {
     }
     pthread_mutex_lock(&g_ctl);
     int rc = init_env(vm, onload);
+    if (rc == 0)
+        find_session_block();
     const struct daemon *owner = rc == 0 ? current_daemon() : NULL;
+    uint32_t other_pid = 0;
     if (owner) {
         send_busy(path, owner->pid); /* the current recording goes on untouched */
+    } else if (rc == 0 && other_copy_serving(&other_pid)) {
+        send_busy(path, other_pid); /* a copy of another jvmperf version serves it */
     } else if (rc == 0) {
         int fd = connect_unix(path);
         if (fd < 0) {

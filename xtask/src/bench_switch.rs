@@ -147,6 +147,33 @@ fn shim_thread_events(err: &str) -> Option<ThreadEvents> {
     ))
 }
 
+/// Every thread of `pid` on `cpu`, and so the threads they start later. `taskset -a -p` gives up
+/// when a thread ends while it goes through them (`--spawn` ends thousands a second).
+fn pin_threads(pid: u32, cpu: usize) -> Result<()> {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes within it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    let mut pinned = 0;
+    // Twice: threads started during the first pass by threads not yet pinned.
+    for _ in 0..2 {
+        for task in std::fs::read_dir(format!("/proc/{pid}/task"))?.flatten() {
+            let Some(tid) = task
+                .file_name()
+                .to_str()
+                .and_then(|t| t.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            // SAFETY: set is a valid cpu_set_t of the size given; a vanished tid fails with ESRCH.
+            if unsafe { libc::sched_setaffinity(tid, std::mem::size_of_val(&set), &set) } == 0 {
+                pinned += 1;
+            }
+        }
+    }
+    ensure!(pinned > 0, "could not pin the JVM's threads to CPU {cpu}");
+    Ok(())
+}
+
 /// Runs `p` once; returns its steady sampling span, and for jvmperf record what its agent's thread
 /// callbacks cost.
 fn run(
@@ -300,13 +327,7 @@ fn measure(jvmperf: &Path, args: &Args, dir: &Path) -> Result<()> {
         "bench.Throughput",
         &[if args.spawn { "--spawn" } else { "--handoff" }],
     )?;
-    // Every thread of the JVM, and so the threads it starts later, on CPU 0.
-    let status = Command::new("taskset")
-        .args(["-a", "-c", "-p", JVM_CPU, &jvm.pid().to_string()])
-        .stdout(Stdio::null())
-        .status()
-        .context("taskset")?;
-    ensure!(status.success(), "taskset could not pin the JVM");
+    pin_threads(jvm.pid(), JVM_CPU.parse()?)?;
     let mut t = Target {
         jvm,
         log: WorkLog::default(),
