@@ -4,6 +4,7 @@
 use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 const SHIM_SRC: &str = "java-agent-shim/src";
 const PREFERRED_JDK: &str = "/usr/lib/jvm/java-17-openjdk-amd64";
@@ -37,7 +38,42 @@ fn main() {
         include.join("jvmti.h").display()
     );
 
+    let c_sources: Vec<&PathBuf> = sources
+        .iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "c"))
+        .collect();
     let so = out_dir.join("libjvmperf-shim.so");
+    let mut cmd = shim_command(&version, &include, &c_sources, &so);
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler: {e}"));
+    if !status.success() {
+        panic!("building the JVMTI shim failed ({status}): {cmd:?}");
+    }
+
+    // The same shim under AddressSanitizer and UndefinedBehaviorSanitizer, for tests/shim.rs (a JVM
+    // runs it with the ASan runtime preloaded). Best effort: a compiler without the sanitizer
+    // runtimes leaves the path empty and that test says so.
+    let sanitized = out_dir.join("libjvmperf-shim-sanitized.so");
+    let mut cmd = shim_command(&version, &include, &c_sources, &sanitized);
+    cmd.args([
+        "-fsanitize=address,undefined",
+        "-fno-sanitize-recover=all",
+        "-fno-omit-frame-pointer",
+    ]);
+    let built = cmd.status().is_ok_and(|s| s.success());
+    println!(
+        "cargo:rustc-env=JVMPERF_SHIM_SANITIZED={}",
+        if built {
+            sanitized.to_string_lossy().into_owned()
+        } else {
+            String::new()
+        }
+    );
+}
+
+/// The compiler command that builds the shim from `sources` into `so`.
+fn shim_command(version: &str, include: &Path, sources: &[&PathBuf], so: &Path) -> Command {
     let compiler = cc::Build::new().get_compiler();
     let mut cmd = compiler.to_command();
     cmd.args([
@@ -60,16 +96,12 @@ fn main() {
     ])
     .arg(format!("-DJVMPERF_SHIM_VERSION=\"{version}\""))
     .arg("-I")
-    .arg(&include)
+    .arg(include)
     .arg("-I")
     .arg(include.join("linux"))
     .arg("-o")
-    .arg(&so)
-    .args(
-        sources
-            .iter()
-            .filter(|p| p.extension().is_some_and(|x| x == "c")),
-    )
+    .arg(so)
+    .args(sources)
     .arg("-Wl,--no-undefined");
     if env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("gnu") {
         // glibc < 2.34 keeps pthread_create in libpthread.so.0 (see the .symver in shim.c); on newer ones
@@ -80,12 +112,7 @@ fn main() {
             "-Wl,--pop-state",
         ]);
     }
-    let status = cmd
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run the C compiler {:?}: {e}", compiler.path()));
-    if !status.success() {
-        panic!("building the JVMTI shim failed ({status}): {cmd:?}");
-    }
+    cmd
 }
 
 /// `CARGO_PKG_VERSION` plus a short hash of the shim sources (names and contents, FNV-1a 64).

@@ -300,3 +300,68 @@ fn a_second_copy_of_the_agent_defers_to_the_session_of_the_first() {
         "{collapsed}"
     );
 }
+
+/// The agent built with AddressSanitizer and UndefinedBehaviorSanitizer (any report aborts the
+/// JVM), in a JVM with the ASan runtime preloaded, through a recording that replays thousands of
+/// methods, streams a churning code cache and retransforms classes.
+#[test]
+fn the_agent_under_address_and_undefined_behaviour_sanitizers() {
+    let lib = env!("JVMPERF_SHIM_SANITIZED");
+    assert!(
+        !lib.is_empty(),
+        "build.rs could not build the shim with -fsanitize=address,undefined: install gcc's sanitizer runtimes (libasan, libubsan)"
+    );
+    let asan = Command::new("gcc")
+        .arg("-print-file-name=libasan.so")
+        .output()
+        .unwrap();
+    let asan = String::from_utf8(asan.stdout).unwrap().trim().to_string();
+    assert!(Path::new(&asan).is_file(), "no libasan.so: {asan}");
+    let scratch = Scratch::new("sanitized");
+    let mut cmd = java_command(
+        &bench_classes(),
+        &["-XX:ReservedCodeCacheSize=16m", "-XX:+UseSerialGC"],
+        "bench.CodeChurn",
+        &[],
+    );
+    // HotSpot takes SIGSEGV and SIGBUS for its own (implicit null checks, safepoint polls).
+    cmd.env("LD_PRELOAD", &asan).env(
+        "ASAN_OPTIONS",
+        "detect_leaks=0:handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:allow_user_segv_handler=1",
+    );
+    let jvm = Jvm::spawn(cmd);
+    let out = scratch.path("sanitized.collapsed");
+    let res = jvmperf()
+        .args([
+            "record",
+            "-p",
+            &jvm.pid.to_string(),
+            "-d",
+            "4",
+            "--precise-inlining",
+            "-o",
+        ])
+        .arg(&out)
+        .env("JVMPERF_SHIM_LIBRARY", lib)
+        .output()
+        .unwrap();
+    let err = stderr_of(&res);
+    std::thread::sleep(Duration::from_millis(500));
+    let jvm_err = jvm.stderr.lock().unwrap().join("\n");
+    assert!(jvm.is_alive(), "the JVM died: {jvm_err}");
+    assert!(res.status.success(), "{err}");
+    assert!(!err.contains("without the agent"), "{err}");
+    assert!(
+        std::fs::read_to_string(format!("/proc/{}/maps", jvm.pid))
+            .unwrap()
+            .contains("libjvmperf-shim-")
+            && err.contains("the agent gave can_retransform_classes back"),
+        "{err}"
+    );
+    assert!(
+        !jvm_err.contains("Sanitizer") && !jvm_err.contains("runtime error"),
+        "{jvm_err}"
+    );
+    let collapsed = std::fs::read_to_string(&out).unwrap();
+    assert!(collapsed.contains("bench.CodeChurn"), "{collapsed}");
+}

@@ -14,6 +14,30 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+/// The shim library to place and its file name: the embedded one, or the file `JVMPERF_SHIM_LIBRARY`
+/// names — a build of the same sources instrumented with sanitizers, for tests — under a name of its
+/// own, so no JVM that loaded the embedded one is handed it.
+fn shim_library() -> Result<(std::borrow::Cow<'static, [u8]>, String)> {
+    let Some(path) = std::env::var_os("JVMPERF_SHIM_LIBRARY") else {
+        return Ok((SHIM_SO.into(), format!("libjvmperf-shim-{SHIM_VERSION}.so")));
+    };
+    let bytes = fs::read(&path).map_err(|e| {
+        Error::new(
+            ErrorKind::Usage,
+            format!(
+                "cannot read JVMPERF_SHIM_LIBRARY={}: {e}; unset it to use the built-in agent",
+                Path::new(&path).display()
+            ),
+        )
+    })?;
+    // FNV-1a: only tells builds apart.
+    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    let name = format!("libjvmperf-shim-{SHIM_VERSION}-{:08x}.so", hash >> 32);
+    Ok((bytes.into(), name))
+}
+
 /// The per-user working directory in the target's file system.
 #[derive(Debug, Clone)]
 pub struct ShimDir {
@@ -115,13 +139,14 @@ impl ShimDir {
     /// is already loaded returns the loaded copy, so a re-attach with the same version gets
     /// `Agent_OnAttach` called again on the same library (and no second JEP 451 warning).
     pub fn install_shim(&self) -> Result<String> {
-        let name = format!("libjvmperf-shim-{SHIM_VERSION}.so");
+        let (shim, name) = shim_library()?;
+        let shim: &[u8] = &shim;
         let outer = self.outer.join(&name);
         if let Ok(meta) = fs::symlink_metadata(&outer) {
             let ours = meta.file_type().is_file()
                 && (meta.uid() == self.uid || meta.uid() == 0)
                 && meta.mode() & 0o022 == 0
-                && fs::read(&outer).is_ok_and(|bytes| bytes == SHIM_SO);
+                && fs::read(&outer).is_ok_and(|bytes| bytes == shim);
             if ours {
                 return Ok(self.inner.join(&name).to_string_lossy().into_owned());
             }
@@ -141,7 +166,7 @@ impl ShimDir {
                 .mode(0o500)
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(&tmp)?;
-            f.write_all(SHIM_SO)?;
+            f.write_all(shim)?;
             f.set_permissions(fs::Permissions::from_mode(0o500))?;
             self.hand_over(&f)?;
             f.sync_all()?;

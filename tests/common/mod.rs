@@ -79,7 +79,7 @@ impl Jvm {
     }
 
     /// Spawn a prepared `java` command with piped output and wait for its `READY` line.
-    fn spawn(mut cmd: Command) -> Jvm {
+    pub fn spawn(mut cmd: Command) -> Jvm {
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
