@@ -365,3 +365,86 @@ fn the_agent_under_address_and_undefined_behaviour_sanitizers() {
     let collapsed = std::fs::read_to_string(&out).unwrap();
     assert!(collapsed.contains("bench.CodeChurn"), "{collapsed}");
 }
+
+/// A JVM embedded in a process that destroys it and lives on: at VMDeath the agent ends its
+/// session (the recording ends with it) and its thread goes away, rather than waking every 10 ms
+/// for the rest of the process's life.
+#[test]
+fn an_embedded_jvm_destroyed_leaves_no_agent_thread_behind() {
+    let scratch = Scratch::new("embedded");
+    let launcher_c = scratch.path("launcher.c");
+    std::fs::write(
+        &launcher_c,
+        r#"#include <jni.h>
+#include <stdio.h>
+#include <unistd.h>
+/* Runs bench.Throughput (argv[2] seconds) in a JVM created here, destroys it, and lives on. */
+int main(int argc, char **argv) {
+    if (argc != 3) return 2;
+    char cp[4096];
+    snprintf(cp, sizeof cp, "-Djava.class.path=%s", argv[1]);
+    JavaVMOption opt = {.optionString = cp};
+    JavaVMInitArgs args = {.version = JNI_VERSION_1_8, .nOptions = 1, .options = &opt};
+    JavaVM *vm;
+    JNIEnv *env;
+    if (JNI_CreateJavaVM(&vm, (void **)&env, &args) != JNI_OK) return 1;
+    jclass main_class = (*env)->FindClass(env, "bench/Throughput");
+    jmethodID main = main_class ? (*env)->GetStaticMethodID(env, main_class, "main", "([Ljava/lang/String;)V") : NULL;
+    if (!main) return 1;
+    jobjectArray a = (*env)->NewObjectArray(env, 1, (*env)->FindClass(env, "java/lang/String"),
+                                            (*env)->NewStringUTF(env, argv[2]));
+    (*env)->CallStaticVoidMethod(env, main_class, main, a);
+    (*vm)->DestroyJavaVM(vm);
+    printf("DESTROYED\n");
+    fflush(stdout);
+    sleep(60);
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let home = java_home();
+    let server = home.join("lib/server");
+    let launcher = scratch.path("launcher");
+    let cc = Command::new("gcc")
+        .arg(&launcher_c)
+        .arg("-o")
+        .arg(&launcher)
+        .arg(format!("-I{}", home.join("include").display()))
+        .arg(format!("-I{}", home.join("include/linux").display()))
+        .arg(format!("-L{}", server.display()))
+        .arg(format!("-Wl,-rpath,{}", server.display()))
+        .arg("-ljvm")
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "{cc:?}");
+    let mut cmd = Command::new(&launcher);
+    cmd.arg(bench_classes()).arg("6");
+    let jvm = Jvm::spawn(cmd);
+    let out = scratch.path("embedded.collapsed");
+    let record = jvmperf()
+        .args(["record", "-p", &jvm.pid.to_string(), "-d", "60", "-o"])
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the agent's session", Duration::from_secs(30), || {
+        has_shim_thread(jvm.pid)
+    });
+    jvm.wait_for_line("DESTROYED", Duration::from_secs(30));
+    let gone = wait_until("the agent's thread ending", Duration::from_secs(5), || {
+        !has_shim_thread(jvm.pid)
+    });
+    eprintln!("the agent's thread was gone {gone:?} after DESTROYED was seen");
+    let res = record.wait_with_output().unwrap();
+    let err = stderr_of(&res);
+    assert!(res.status.success(), "{err}");
+    assert!(
+        std::fs::read_to_string(&out)
+            .unwrap()
+            .contains("bench.Throughput.recurse"),
+        "{err}"
+    );
+    assert!(jvm.is_alive(), "the process should live on");
+}
