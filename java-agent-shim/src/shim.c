@@ -1342,7 +1342,9 @@ static int maybe_send_stats(const struct rx *r, uint64_t *last_time) {
     put_u64(&b, atomic_load(&g_thread_events));
     put_u64(&b, atomic_load(&g_thread_event_ns));
     put_u64(&b, atomic_load(&g_thread_event_max_ns));
-    put_u64(&b, g_can_retransform ? 1 : 0);
+    jvmtiCapabilities held;
+    memset(&held, 0, sizeof held);
+    put_u64(&b, JV(GetCapabilities, &held) == JVMTI_ERROR_NONE && held.can_retransform_classes ? 1 : 0);
     frame_end(&b, off);
     int rc = send_buf(&b);
     free(b.p);
