@@ -144,6 +144,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         }
     }
     let naming_started = Instant::now();
+    let jdk = engine.jdk_version();
     let mut recording = engine.finish(|activity| {
         if progress {
             eprint!(
@@ -168,6 +169,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             ),
         ));
     }
+    recording.profile.labels = target_labels(opts.pid, jdk);
     match recording.spill.take() {
         Some(spill) => output::save_streamed(&recording.profile, spill, &opts.output)?,
         None => output::save_recording(
@@ -311,6 +313,19 @@ fn coverage_line(r: &Recording) -> Option<String> {
         "the JVM used CPU outside the sampled window (attach, shutdown)".to_string()
     };
     Some(format!("{line} — WARNING: low coverage: {cause}"))
+}
+
+/// What the profile is of (host, pid, main class or jar, JDK), as the daemon labels its files.
+fn target_labels(pid: u32, jdk: Option<String>) -> Vec<(String, String)> {
+    use crate::cmd::daemon::discovery;
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let main = procfs::process::Process::new(pid as i32)
+        .ok()
+        .and_then(|p| discovery::main_name(&discovery::command_line(&p)))
+        .unwrap_or_else(|| "java".to_string());
+    discovery::target_labels(&host, pid, &main, jdk)
 }
 
 /// A `--status-every` line: `key=value` pairs for production logs, memory in KiB. `stacks` are the

@@ -96,7 +96,7 @@ fn maps_libjvm(process: &Process) -> bool {
 
 /// The arguments, read as bytes and made UTF-8 lossily: `procfs`'s `cmdline` fails on an
 /// argument that is not UTF-8.
-fn command_line(process: &Process) -> Vec<String> {
+pub fn command_line(process: &Process) -> Vec<String> {
     let mut bytes = Vec::new();
     process
         .open_relative("cmdline")
@@ -137,6 +137,17 @@ const OPTIONS_WITH_VALUE: &[&str] = &[
     "--patch-module",
     "--enable-native-access",
 ];
+
+/// The labels a profile of JVM `pid` carries (pprof labels, the flame graph's title): host, pid,
+/// main class or jar, JDK version.
+pub fn target_labels(host: &str, pid: u32, main: &str, jdk: Option<String>) -> Vec<(String, String)> {
+    vec![
+        ("host".to_string(), host.to_string()),
+        ("pid".to_string(), pid.to_string()),
+        ("main".to_string(), main.to_string()),
+        ("jdk".to_string(), jdk.unwrap_or_else(|| "unknown".into())),
+    ]
+}
 
 /// The main class (`bench.App`), the jar's file name (`app.jar`) or the module's main class
 /// from a `java` command line.

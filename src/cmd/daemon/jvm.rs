@@ -91,15 +91,12 @@ pub fn run(jvm: FoundJvm, shared: Arc<Shared>) {
     };
     let mut out = JvmOutput {
         dir: shared.dir.join(format!("{}-{pid}", file_safe(&jvm.name))),
-        labels: vec![
-            ("host".to_string(), shared.host.clone()),
-            ("pid".to_string(), pid.to_string()),
-            ("main".to_string(), jvm.name.clone()),
-            (
-                "jdk".to_string(),
-                engine.jdk_version().unwrap_or_else(|| "unknown".into()),
-            ),
-        ],
+        labels: super::discovery::target_labels(
+            &shared.host,
+            pid,
+            &jvm.name,
+            engine.jdk_version(),
+        ),
         format: shared.format,
         files: 0,
     };

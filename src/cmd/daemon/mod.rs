@@ -6,7 +6,7 @@
 //! JVM's current interval and exit.
 
 mod budget;
-mod discovery;
+pub(crate) mod discovery;
 mod jvm;
 mod push;
 mod retention;
