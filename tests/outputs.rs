@@ -381,6 +381,21 @@ fn iprof_pprof_and_report_agree_with_collapsed() {
     }
     let svg = std::fs::read_to_string(out("svg")).unwrap();
     assert!(svg.starts_with("<?xml") && svg.contains("bench.InlineHot.hotLoop"));
+    // Converted from the .jvmperf recording: titled with what was profiled, when and how, the
+    // frames coloured by kind, no kind suffix in any label.
+    assert!(
+        svg.contains(&format!("bench.InlineHot (pid {pid}) on ")),
+        "{svg}"
+    );
+    assert!(
+        svg.contains("CPU time · ") && svg.contains(" UTC · 499 Hz · "),
+        "{svg}"
+    );
+    assert!(svg.contains(" samples · C2 green, C1 lime, "), "{svg}");
+    assert!(
+        !svg.contains("_[") && svg.contains("rgb(80,190,90)"),
+        "{svg}"
+    );
 
     // iprof: schema, ids, bytecode indices; the forced-inline helper is the leaf with its
     // caller at the call site.

@@ -4,6 +4,7 @@
 use crate::engine::{Agent, Engine, EngineOptions, Recording, Wall};
 use crate::error::{Error, ErrorKind, Result};
 use crate::output::{self, Format, OutputOptions, SampleSpill};
+use crate::profile::WallInterval;
 use crate::sampler::{SamplerStats, Sampling};
 use crate::shim::protocol::ShimStats;
 use std::io::IsTerminal;
@@ -170,6 +171,12 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         ));
     }
     recording.profile.labels = target_labels(opts.pid, jdk);
+    if let Some((first, last)) = recording.window {
+        recording.profile.interval = Some(WallInterval {
+            start_unix_ns: crate::profile::unix_ns_of_monotonic(first),
+            duration_ns: last.saturating_sub(first),
+        });
+    }
     match recording.spill.take() {
         Some(spill) => output::save_streamed(&recording.profile, spill, &opts.output)?,
         None => output::save_recording(

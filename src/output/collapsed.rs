@@ -37,6 +37,17 @@ pub fn frame_label(frame: &Frame) -> String {
 /// Folded lines with counts, sorted.
 pub fn folded(profile: &Profile, opts: &OutputOptions) -> BTreeMap<String, u64> {
     let labels: Vec<String> = profile.frames.iter().map(frame_label).collect();
+    folded_with(profile, opts, &labels, |name| name.to_string())
+}
+
+/// Folded lines with counts, each frame written as `labels[frame]`, and each thread root (with
+/// `--threads`) as `thread_label` of the thread's name.
+pub fn folded_with(
+    profile: &Profile,
+    opts: &OutputOptions,
+    labels: &[String],
+    thread_label: impl Fn(&str) -> String,
+) -> BTreeMap<String, u64> {
     let mut stacks: Vec<Option<String>> = vec![None; profile.stacks.len()];
     let mut counts = BTreeMap::new();
     // Aggregate first: stack strings can be long (deep recursion), samples many.
@@ -58,7 +69,7 @@ pub fn folded(profile: &Profile, opts: &OutputOptions) -> BTreeMap<String, u64> 
         let key = if opts.threads {
             format!(
                 "{};{text}",
-                profile.thread_name(tid).replace([';', '\n'], ":")
+                thread_label(&profile.thread_name(tid).replace([';', '\n'], ":"))
             )
         } else {
             text.clone()

@@ -6,7 +6,7 @@
 //! ```text
 //! header (24 bytes, fixed):
 //!   magic        8 bytes  "JVMPERF\0"
-//!   major, minor 2 × u8   1, 3 — a reader refuses another major and reads any minor
+//!   major, minor 2 × u8   1, 4 — a reader refuses another major and reads any minor
 //!   flags        u8       bit 0: the body is gzip-compressed
 //!   reserved     u8       0
 //!   crc32        u32 LE   of the uncompressed body
@@ -26,6 +26,9 @@
 //!   clock (1.2): 0 = CPU time, 1 = wall-clock time (`record --wall`)
 //!   cpu time (1.3): the target's CPU time over the sampled window in ns + 1, 0 = unknown
 //!             (samples on a CPU were expected to number it / period_ns)
+//!   span (1.4): its start in ns since the Unix epoch + 1 (0 = unknown, nothing follows), then
+//!             its length in ns
+//!   labels (1.4): n, n × (key, value), each len + UTF-8 bytes (host, pid, main class…)
 //! ```
 //!
 //! Later minor versions may append fields after the samples; readers ignore them (a 1.0 reader
@@ -35,7 +38,9 @@
 //! (`output::spill`), and writes the file from it at the end.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::profile::{Clock, CompiledCode, Frame, FrameKind, Profile, Sample, MAX_WEIGHT};
+use crate::profile::{
+    Clock, CompiledCode, Frame, FrameKind, Profile, Sample, WallInterval, MAX_WEIGHT,
+};
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use flate2::{Compression, Crc};
@@ -45,7 +50,7 @@ use std::sync::Arc;
 
 pub const MAGIC: &[u8; 8] = b"JVMPERF\0";
 const MAJOR: u8 = 1;
-const MINOR: u8 = 3;
+const MINOR: u8 = 4;
 const FLAG_GZIP: u8 = 1;
 const HEADER_LEN: usize = 24;
 /// Larger bodies are refused rather than allocated (a corrupt length).
@@ -162,8 +167,8 @@ pub(super) fn put_sample(buf: &mut Vec<u8>, prev: &mut u64, s: &Sample, thread: 
     put(buf, s.weight);
 }
 
-/// What follows the samples: the compiled-code table (1.1), the clock (1.2) and the CPU time
-/// (1.3).
+/// What follows the samples: the compiled-code table (1.1), the clock (1.2), the CPU time
+/// (1.3), the span and the labels (1.4).
 pub(super) fn put_tail(buf: &mut Vec<u8>, profile: &Profile) {
     put_compiled(buf, profile);
     put(buf, u64::from(profile.clock == Clock::Wall));
@@ -171,6 +176,20 @@ pub(super) fn put_tail(buf: &mut Vec<u8>, profile: &Profile) {
         buf,
         profile.cpu_time_ns.map_or(0, |ns| ns.saturating_add(1)),
     );
+    match profile.interval {
+        Some(span) => {
+            put(buf, span.start_unix_ns.saturating_add(1));
+            put(buf, span.duration_ns);
+        }
+        None => put(buf, 0),
+    }
+    put(buf, profile.labels.len() as u64);
+    for (key, value) in &profile.labels {
+        for text in [key, value] {
+            put(buf, text.len() as u64);
+            buf.extend_from_slice(text.as_bytes());
+        }
+    }
 }
 
 /// The compiled-code table (1.1).
@@ -310,6 +329,14 @@ impl<'a> Cursor<'a> {
 
     fn string(&mut self, what: &str, strings: &[String]) -> Result<String> {
         Ok(strings[self.index(what, strings.len())?].clone())
+    }
+
+    /// A string written in place: its length, then its bytes.
+    fn inline_string(&mut self, what: &str) -> Result<String> {
+        let len = self.count(what, 1)?;
+        let text = String::from_utf8_lossy(&self.buf[self.at..self.at + len]).into_owned();
+        self.at += len;
+        Ok(text)
     }
 }
 
@@ -455,6 +482,19 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
     if c.at < body.len() {
         p.cpu_time_ns = c.varint("cpu time")?.checked_sub(1);
     }
+    if c.at < body.len() {
+        if let Some(start_unix_ns) = c.opt("span")? {
+            p.interval = Some(WallInterval {
+                start_unix_ns,
+                duration_ns: c.varint("span length")?,
+            });
+        }
+        let n = c.count("labels", 2)?;
+        for _ in 0..n {
+            p.labels
+                .push((c.inline_string("label")?, c.inline_string("label")?));
+        }
+    }
 
     let frame_ids: Vec<_> = frames.into_iter().map(|f| p.intern_frame(f)).collect();
     let stack_ids: Vec<_> = stacks
@@ -563,6 +603,17 @@ pub(super) mod tests {
         wall.cpu_time_ns = Some(12_345_678_901);
         let read = parse(&render(&wall).unwrap()).unwrap();
         assert_eq!(read.cpu_time_ns, Some(12_345_678_901));
+        assert_eq!((read.interval, read.labels.len()), (None, 0));
+        wall.interval = Some(WallInterval {
+            start_unix_ns: 1_764_000_000_123_456_789,
+            duration_ns: 10_000_000_000,
+        });
+        wall.labels = vec![
+            ("main".into(), "bench.Phases".into()),
+            ("pid".into(), "42".into()),
+        ];
+        let read = parse(&render(&wall).unwrap()).unwrap();
+        assert_eq!((read.interval, &read.labels), (wall.interval, &wall.labels));
     }
 
     /// A file written by jvmperf before the compiled-code table (format 1.0, the fixture of that

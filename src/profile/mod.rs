@@ -361,6 +361,15 @@ impl Profile {
 }
 
 /// CLOCK_MONOTONIC now, in ns: the clock of sample times and of Java's `System.nanoTime`.
+/// The wall-clock time (ns since the Unix epoch) of a CLOCK_MONOTONIC instant in the past.
+pub fn unix_ns_of_monotonic(monotonic_ns: u64) -> u64 {
+    let ago = monotonic_now_ns().saturating_sub(monotonic_ns);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    now.saturating_sub(ago)
+}
+
 pub fn monotonic_now_ns() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)

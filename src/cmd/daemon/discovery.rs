@@ -140,7 +140,12 @@ const OPTIONS_WITH_VALUE: &[&str] = &[
 
 /// The labels a profile of JVM `pid` carries (pprof labels, the flame graph's title): host, pid,
 /// main class or jar, JDK version.
-pub fn target_labels(host: &str, pid: u32, main: &str, jdk: Option<String>) -> Vec<(String, String)> {
+pub fn target_labels(
+    host: &str,
+    pid: u32,
+    main: &str,
+    jdk: Option<String>,
+) -> Vec<(String, String)> {
     vec![
         ("host".to_string(), host.to_string()),
         ("pid".to_string(), pid.to_string()),

@@ -91,12 +91,7 @@ pub fn run(jvm: FoundJvm, shared: Arc<Shared>) {
     };
     let mut out = JvmOutput {
         dir: shared.dir.join(format!("{}-{pid}", file_safe(&jvm.name))),
-        labels: super::discovery::target_labels(
-            &shared.host,
-            pid,
-            &jvm.name,
-            engine.jdk_version(),
-        ),
+        labels: super::discovery::target_labels(&shared.host, pid, &jvm.name, engine.jdk_version()),
         format: shared.format,
         files: 0,
     };
@@ -236,8 +231,8 @@ impl JvmOutput {
 
 /// The wall-clock time of a CLOCK_MONOTONIC instant in the past.
 fn wall_clock(monotonic_ns: u64) -> SystemTime {
-    let ago = crate::profile::monotonic_now_ns().saturating_sub(monotonic_ns);
-    SystemTime::now() - Duration::from_nanos(ago)
+    SystemTime::UNIX_EPOCH
+        + Duration::from_nanos(crate::profile::unix_ns_of_monotonic(monotonic_ns))
 }
 
 /// `2026-11-23T190255.123Z.pb.gz`: the interval's UTC start, sortable, without colons.
