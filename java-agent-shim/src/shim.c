@@ -1539,7 +1539,7 @@ static void run_session(JNIEnv *jni, int fd, uint32_t attach_count, uint32_t dae
         }
         if (atomic_load(&g_vm_dead)) {
             /* The records posted in the JVM's last moments, then a clean end of the stream. No JVMTI call:
-             * past VMDeath one may block for good on a thread of an exiting VM. */
+             * once on_vm_death stops waiting, one may block for good on a thread of an exiting VM. */
             atomic_store(&g_active, 0);
             uint64_t long_ago = 0;
             if (ok && drain(UINT64_MAX) == 0 && maybe_send_dropped(&last_records, &last_bytes, &long_ago) == 0)
@@ -1575,14 +1575,19 @@ static void *shim_main(void *arg) {
     JavaVMAttachArgs args = {JNI_VERSION_1_6, (char *)"jvmperf-shim", NULL};
     prctl(PR_SET_NAME, "jvmperf-shim", 0, 0, 0); /* else it keeps the Attach Listener's comm */
     int attached = (*g_vm)->AttachCurrentThreadAsDaemon(g_vm, (void **)&jni, &args) == JNI_OK && jni;
+    int dying = 0;
     for (;;) {
         pthread_mutex_lock(&g_ctl);
-        if (!attached || !atomic_load(&g_pending) || atomic_load(&g_vm_dead)) {
+        dying = atomic_load(&g_vm_dead);
+        if (!attached || !atomic_load(&g_pending) || dying) {
             if (g_next.fd >= 0)
                 close(g_next.fd);
             g_next.fd = -1;
             atomic_store(&g_pending, 0);
-            g_thread_running = 0;
+            /* While the VM dies, on_vm_death waits for the detach below: the VM is still whole then, and
+             * the exit does not wait (up to 300 ms, HotSpot's VM_Exit) for a thread left in native. */
+            if (!dying)
+                g_thread_running = 0;
             pthread_mutex_unlock(&g_ctl);
             break;
         }
@@ -1594,10 +1599,13 @@ static void *shim_main(void *arg) {
         pthread_mutex_unlock(&g_ctl);
         run_session(jni, fd, count, daemon_pid);
     }
-    /* Past VMDeath, entering the VM may block for good (an embedded JVM destroyed in a process that lives
-     * on): the thread just ends. */
-    if (attached && !atomic_load(&g_vm_dead))
+    if (attached)
         (*g_vm)->DetachCurrentThread(g_vm);
+    if (dying) {
+        pthread_mutex_lock(&g_ctl);
+        g_thread_running = 0;
+        pthread_mutex_unlock(&g_ctl);
+    }
     return NULL;
 }
 
