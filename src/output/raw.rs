@@ -692,6 +692,6 @@ pub(super) mod tests {
         let mut newer = render(&fixture()).unwrap();
         newer[8] = 2;
         let e = parse(&newer).unwrap_err();
-        assert!(e.message.contains("version 2.3"), "{}", e.message);
+        assert!(e.message.contains("version 2.4"), "{}", e.message);
     }
 }

@@ -217,14 +217,31 @@ mod tests {
         assert_eq!((regs.sp, regs.ip), (0x7f0c2b5fe9c0, 0x7f0c4ba8e3fd));
     }
 
+    /// Kills the child when the test ends, passed or not.
+    struct Busy(std::process::Child);
+
+    impl Drop for Busy {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
     /// A busy thread of a child process is stopped, read and let go: it keeps running after.
     #[test]
     fn a_running_thread_is_captured_and_runs_on() {
-        let mut child = std::process::Command::new("sh")
-            .args(["-c", "while :; do :; done"])
-            .spawn()
-            .unwrap();
-        let pid = child.id();
+        let child = Busy(
+            std::process::Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .unwrap(),
+        );
+        let pid = child.0.id();
+        // Running its loop, not still starting (exec, loading: blocked in the kernel).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while os_state(pid, pid) != Some('R') && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let mut held = false;
         let snap = capture(pid, pid, 16384, &mut || held = true).unwrap();
         assert!(held);
@@ -251,7 +268,5 @@ mod tests {
             "the thread did not run on after the capture"
         );
         assert_ne!(os_state(pid, pid), Some('t'), "left in a tracing stop");
-        child.kill().unwrap();
-        child.wait().unwrap();
     }
 }
