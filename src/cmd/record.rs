@@ -77,6 +77,7 @@ pub struct RecordOptions {
 }
 
 pub fn run(opts: &RecordOptions) -> Result<()> {
+    crate::sampler::raise_own_priority();
     let format = match opts.format {
         Some(f) => f,
         None => Format::from_path(&opts.output)?,

@@ -50,6 +50,7 @@ pub struct TopOptions {
 const REFRESH: Duration = Duration::from_secs(1);
 
 pub fn run(opts: &TopOptions) -> Result<()> {
+    crate::sampler::raise_own_priority();
     if !std::io::stdout().is_terminal() {
         return Err(Error::new(
             ErrorKind::Usage,

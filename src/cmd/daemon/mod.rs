@@ -123,6 +123,7 @@ pub(crate) fn log(line: &str) {
 }
 
 pub fn run(opts: &DaemonOptions) -> Result<()> {
+    crate::sampler::raise_own_priority();
     if !opts.max_cpu.is_finite() || opts.max_cpu <= 0.0 {
         return Err(Error::new(
             ErrorKind::Usage,
