@@ -27,29 +27,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A scratch directory, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir =
-            std::env::temp_dir().join(format!("jvmperf-failures-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -181,7 +158,7 @@ fn assert_throughput_stacks(path: &Path) {
 #[test]
 fn a_full_disk_keeps_the_samples_and_leaves_no_truncated_file() {
     let _serial = serial();
-    let scratch = Scratch::new("disk-full");
+    let scratch = Scratch::new("failures", "disk-full");
     let (jvm, before) = throughput_jvm();
     // An output directory that does not exist is refused before the JVM is touched.
     let missing = scratch.path("missing/profile.svg");
@@ -273,7 +250,7 @@ exit $rc"#;
 #[test]
 fn another_users_jvm_is_refused_and_our_own_works_without_root() {
     let _serial = serial();
-    let scratch = Scratch::new("users");
+    let scratch = Scratch::new("failures", "users");
     // Everything `nobody` runs or reads lives in the scratch directory (the checkout may not be
     // reachable by other users).
     let bin = scratch.path("jvmperf");
@@ -380,7 +357,7 @@ fn another_users_jvm_is_refused_and_our_own_works_without_root() {
 #[test]
 fn sigint_writes_the_partial_profile_and_sigkill_leaves_the_jvm_clean() {
     let _serial = serial();
-    let scratch = Scratch::new("signals");
+    let scratch = Scratch::new("failures", "signals");
     let (jvm, before) = throughput_jvm();
 
     let interrupted = scratch.path("interrupted.collapsed");
@@ -447,7 +424,7 @@ fn sigint_writes_the_partial_profile_and_sigkill_leaves_the_jvm_clean() {
 #[test]
 fn a_second_recording_is_refused_while_the_first_runs_and_works_after_it() {
     let _serial = serial();
-    let scratch = Scratch::new("busy");
+    let scratch = Scratch::new("failures", "busy");
     let (jvm, before) = throughput_jvm();
     let pid = jvm.pid.to_string();
     let first = scratch.path("first.collapsed");
@@ -486,7 +463,7 @@ fn a_second_recording_is_refused_while_the_first_runs_and_works_after_it() {
 #[test]
 fn ctrl_c_during_start_up_ends_the_attach() {
     let _serial = serial();
-    let scratch = Scratch::new("ctrl-c");
+    let scratch = Scratch::new("failures", "ctrl-c");
     let jvm = Jvm::start(&[], "bench.Throughput", THROUGHPUT_ARGS);
     let jvm_pid = nix::unistd::Pid::from_raw(jvm.pid as i32);
     nix::sys::signal::kill(jvm_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();

@@ -7,29 +7,9 @@ mod common;
 use common::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("jvmperf-shim-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
@@ -73,7 +53,7 @@ fn unloaded_classes(pid: u32) -> u64 {
 /// and the next recording is served by the agent while the stopped one still exists.
 #[test]
 fn a_reader_stopped_mid_replay_loses_its_session_and_the_next_one_is_served() {
-    let scratch = Scratch::new("stalled");
+    let scratch = Scratch::new("shim", "stalled");
     // Thousands of nmethods to replay, and classes unloading all the time.
     let jvm = Jvm::start(
         &["-XX:ReservedCodeCacheSize=16m", "-XX:+UseSerialGC"],
@@ -137,7 +117,7 @@ fn a_reader_stopped_mid_replay_loses_its_session_and_the_next_one_is_served() {
 /// back.
 #[test]
 fn precise_inlining_gives_the_retransform_capability_back() {
-    let scratch = Scratch::new("retransform");
+    let scratch = Scratch::new("shim", "retransform");
     let jvm = Jvm::start(&[], "bench.InlineHot", &[]);
     let out = scratch.path("precise.collapsed");
     let res = run_jvmperf(&[
@@ -162,7 +142,7 @@ fn precise_inlining_gives_the_retransform_capability_back() {
 /// agent's callbacks on those threads make no JNI warning, and the agent accounts for them.
 #[test]
 fn thread_churn_under_xcheck_jni() {
-    let scratch = Scratch::new("churn");
+    let scratch = Scratch::new("shim", "churn");
     let jvm = Jvm::start(&["-Xcheck:jni"], "bench.Throughput", &["--spawn"]);
     let out = scratch.path("churn.collapsed");
     let res = run_jvmperf(&[
@@ -205,7 +185,7 @@ fn thread_churn_under_xcheck_jni() {
 /// with one line that says so; also with a malformed option.
 #[test]
 fn a_jvm_started_with_the_agent_and_no_jvmperf_runs() {
-    let scratch = Scratch::new("agentpath");
+    let scratch = Scratch::new("shim", "agentpath");
     let lib = scratch.path("libjvmperf-shim.so");
     std::fs::write(&lib, jvmperf::shim_lib::SHIM_SO).unwrap();
     for (option, said) in [
@@ -235,7 +215,7 @@ fn a_jvm_started_with_the_agent_and_no_jvmperf_runs() {
 fn a_second_copy_of_the_agent_defers_to_the_session_of_the_first() {
     use std::io::Read;
     use std::os::unix::net::UnixListener;
-    let scratch = Scratch::new("two-copies");
+    let scratch = Scratch::new("shim", "two-copies");
     let jvm = Jvm::start(&[], "bench.Throughput", &[]);
     let pid = jvm.pid;
     let first_out = scratch.path("first.collapsed");
@@ -317,7 +297,7 @@ fn the_agent_under_address_and_undefined_behaviour_sanitizers() {
         .unwrap();
     let asan = String::from_utf8(asan.stdout).unwrap().trim().to_string();
     assert!(Path::new(&asan).is_file(), "no libasan.so: {asan}");
-    let scratch = Scratch::new("sanitized");
+    let scratch = Scratch::new("shim", "sanitized");
     let mut cmd = java_command(
         &bench_classes(),
         &["-XX:ReservedCodeCacheSize=16m", "-XX:+UseSerialGC"],
@@ -371,7 +351,7 @@ fn the_agent_under_address_and_undefined_behaviour_sanitizers() {
 /// for the rest of the process's life.
 #[test]
 fn an_embedded_jvm_destroyed_leaves_no_agent_thread_behind() {
-    let scratch = Scratch::new("embedded");
+    let scratch = Scratch::new("shim", "embedded");
     let launcher_c = scratch.path("launcher.c");
     std::fs::write(
         &launcher_c,

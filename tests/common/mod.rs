@@ -302,3 +302,27 @@ pub fn sample_window(record_stderr: &str) -> [u64; 2] {
         .collect();
     window.try_into().expect("two times in the sample window")
 }
+
+/// A scratch directory `jvmperf-<file>-<name>-<pid>` in the temporary directory, removed when
+/// dropped.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(file: &str, name: &str) -> Scratch {
+        let dir =
+            std::env::temp_dir().join(format!("jvmperf-{file}-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
