@@ -70,6 +70,22 @@ fn main() {
             String::new()
         }
     );
+
+    // The same shim with a 16 KiB queue, for tests/shim.rs: a reader that falls behind makes it drop
+    // records within seconds.
+    let small_queue = out_dir.join("libjvmperf-shim-small-queue.so");
+    let mut cmd = shim_command(&version, &include, &c_sources, &small_queue);
+    cmd.arg("-DQUEUE_CAP=(16u << 10)");
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler: {e}"));
+    if !status.success() {
+        panic!("building the JVMTI shim with a small queue failed ({status}): {cmd:?}");
+    }
+    println!(
+        "cargo:rustc-env=JVMPERF_SHIM_SMALL_QUEUE={}",
+        small_queue.display()
+    );
 }
 
 /// The compiler command that builds the shim from `sources` into `so`.

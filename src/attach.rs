@@ -20,8 +20,11 @@ const MAX_REPLY: u64 = 1 << 20;
 const MAX_CMD: usize = 16;
 const MAX_ARG: usize = 1024;
 
-/// How long we wait for the Attach Listener to come up after SIGQUIT.
-const LISTENER_TIMEOUT: Duration = Duration::from_secs(6);
+/// How long we wait for the Attach Listener to come up after SIGQUIT: the JDK's own attach waits
+/// 10 s (`sun.tools.attach.attachTimeout`), and signals again halfway if the socket is not there
+/// yet (`VirtualMachineImpl` on Linux), as we do: a signal that reached a JVM still starting up,
+/// or one slowed by a loaded host, gets a second chance.
+const LISTENER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long we wait for the reply to one command.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -131,27 +134,20 @@ pub fn ensure_listener(process: &TargetProcess) -> Result<PathBuf> {
     if is_socket(&sock) {
         return Ok(sock);
     }
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(process.pid as i32),
-        nix::sys::signal::Signal::SIGQUIT,
-    )
-    .map_err(|e| {
-        Error::new(
-            ErrorKind::Permission,
-            format!(
-                "cannot signal process {}: {e} (run as the JVM's user or root)",
-                process.pid
-            ),
-        )
-    })?;
+    signal_quit(process.pid)?;
     let start = Instant::now();
     let mut step = Duration::from_millis(5);
+    let mut signalled_again = false;
     while start.elapsed() < LISTENER_TIMEOUT {
         crate::interrupt::check_while_attaching(process.pid)?;
         std::thread::sleep(step);
         if is_socket(&sock) {
             drop(trigger);
             return Ok(sock);
+        }
+        if !signalled_again && start.elapsed() >= LISTENER_TIMEOUT / 2 {
+            signalled_again = true;
+            signal_quit(process.pid)?;
         }
         if !process.is_alive() {
             return err(
@@ -170,6 +166,19 @@ pub fn ensure_listener(process: &TargetProcess) -> Result<PathBuf> {
             LISTENER_TIMEOUT.as_secs()
         ),
     )
+}
+
+fn signal_quit(pid: u32) -> Result<()> {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGQUIT,
+    )
+    .map_err(|e| {
+        Error::new(
+            ErrorKind::Permission,
+            format!("cannot signal process {pid}: {e} (run as the JVM's user or root)"),
+        )
+    })
 }
 
 /// The `.attach_pid<nspid>` file that tells HotSpot's signal handler to start the Attach Listener.

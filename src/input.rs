@@ -2,7 +2,7 @@
 //! extension), into the one profile model.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::output::{collapsed, iprof, pprof, raw, Format};
+use crate::output::{collapsed, iprof, jfr, pprof, raw, Format};
 use crate::profile::{Profile, WallInterval};
 use std::path::{Path, PathBuf};
 
@@ -40,7 +40,7 @@ impl Recording {
             self.keeps_threads(),
             option,
             "thread",
-            ".jvmperf or .pb.gz recording",
+            ".jvmperf, .jfr or .pb.gz recording",
         )
     }
 
@@ -50,7 +50,7 @@ impl Recording {
             self.keeps_times(),
             option,
             "time",
-            ".jvmperf recording (or the daemon's .pb.gz interval files)",
+            ".jvmperf or .jfr recording (or the daemon's .pb.gz interval files)",
         )
     }
 
@@ -78,12 +78,22 @@ fn sniff(bytes: &[u8]) -> Option<Format> {
         .unwrap_or_default();
     if bytes.starts_with(raw::MAGIC) {
         Some(Format::Raw)
+    } else if bytes.starts_with(jfr::MAGIC) {
+        Some(Format::Jfr)
     } else if bytes.starts_with(&[0x1f, 0x8b]) {
         Some(Format::Pprof)
     } else if text_start.starts_with(b"{") {
-        Some(Format::Iprof)
+        let head = &text_start[..text_start.len().min(200)];
+        let speedscope = crate::output::speedscope::SCHEMA.as_bytes();
+        if head.windows(speedscope.len()).any(|w| w == speedscope) {
+            Some(Format::Speedscope)
+        } else {
+            Some(Format::Iprof)
+        }
     } else if text_start.starts_with(b"<?xml") || text_start.starts_with(b"<svg") {
         Some(Format::Svg)
+    } else if text_start.starts_with(b"<!DOCTYPE html") {
+        Some(Format::Html)
     } else {
         None
     }
@@ -99,17 +109,29 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Recording> {
         Format::Pprof => pprof::parse(bytes),
         Format::Iprof => iprof::parse(bytes),
         Format::Collapsed => collapsed::parse(bytes),
-        Format::Svg => Err(Error::new(
+        Format::Jfr => jfr::parse(bytes),
+        Format::Svg | Format::Speedscope | Format::Html => Err(Error::new(
             ErrorKind::Usage,
-            "an SVG flame graph cannot be read back: use the recording it was made from (.jvmperf, .iprof, .pb.gz or .collapsed)",
+            format!(
+                "{} cannot be read back: use the recording it was made from (.jvmperf, .jfr, .iprof, .pb.gz or .collapsed)",
+                match format {
+                    Format::Svg => "an SVG flame graph",
+                    Format::Html => "an HTML page",
+                    _ => "a speedscope profile",
+                }
+            ),
         )),
     }
     .map_err(|e| Error::new(e.kind, format!("{}: {}", path.display(), e.message)))?;
     if profile.samples.is_empty() {
+        let fix = match format {
+            Format::Jfr => "record with method sampling on (`-XX:StartFlightRecording:settings=profile`, async-profiler's `-e cpu` or `-e wall`)",
+            _ => "record again (is the JVM idle?)",
+        };
         return Err(Error::new(
             ErrorKind::Usage,
             format!(
-                "{} ({}) holds no samples: record again (is the JVM idle?)",
+                "{} ({}) holds no samples: {fix}",
                 path.display(),
                 format.name()
             ),
@@ -188,12 +210,23 @@ pub fn read_all(paths: &[PathBuf]) -> Result<Recording> {
 
 /// Read a profile file.
 pub fn read(path: &Path) -> Result<Recording> {
-    let bytes = std::fs::read(path).map_err(|e| {
+    let unreadable = |e: std::io::Error| {
         Error::new(
             ErrorKind::Usage,
             format!("cannot read {}: {e} (check the path)", path.display()),
         )
-    })?;
+    };
+    let file = std::fs::File::open(path).map_err(unreadable)?;
+    let mut magic = [0u8; 4];
+    use std::os::unix::fs::FileExt;
+    if file.read_at(&mut magic, 0).ok() == Some(magic.len()) && &magic == jfr::MAGIC {
+        // JFR recordings run to gigabytes: mapped, only the chunk being read is in memory.
+        // SAFETY: read-only; a file truncated under us would fault, as for any mmap-based reader
+        // (JFR writes a recording's file once, when it ends).
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(unreadable)?;
+        return parse(path, &map);
+    }
+    let bytes = std::fs::read(path).map_err(unreadable)?;
     parse(path, &bytes)
 }
 
@@ -228,6 +261,15 @@ mod tests {
         let e = parse(Path::new("r.pb.gz"), b"\x1f\x8b\x08").unwrap_err();
         assert!(
             e.message.contains("not a valid pprof file"),
+            "{}",
+            e.message
+        );
+        // JFR by its magic, whatever the name; one without samples says how to record some.
+        let empty = jfr::render(&Profile::default()).unwrap();
+        let e = parse(Path::new("x.data"), &empty).unwrap_err();
+        assert!(
+            e.message
+                .contains("(JFR recording) holds no samples: record with method sampling"),
             "{}",
             e.message
         );

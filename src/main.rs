@@ -28,12 +28,12 @@ enum Command {
     Dump(cmd::dump::DumpOptions),
     /// A live view of a JVM's hottest methods (self and total), refreshed every second.
     Top(cmd::top::TopOptions),
-    /// Sample a running JVM and write a flame graph, collapsed stacks, iprof, pprof or a raw
+    /// Sample a running JVM and write a flame graph, collapsed stacks, iprof, pprof, JFR or a raw
     /// recording.
     Record(cmd::record::RecordOptions),
     /// Print the target's JIT code (stubs, nmethods, inline trees, lines); optionally a perf map.
     Jitmap(cmd::jitmap::JitmapOptions),
-    /// Convert a profile (.jvmperf, .iprof, .pb.gz, .collapsed) to another format, optionally
+    /// Convert a profile (.jvmperf, .jfr, .iprof, .pb.gz, .collapsed) to another format, optionally
     /// cut to a time window and to threads.
     Convert(cmd::convert::ConvertOptions),
     /// Print the hottest methods of a profile by self and total samples.

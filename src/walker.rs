@@ -118,9 +118,13 @@ impl<'a, M: TargetMemory> StackView<'a, M> {
         self.live.read_u64(addr).map_err(|_| ())
     }
 
-    /// Whether the live stack still ends the copy with the same bytes.
+    /// Whether the live stack still ends the copy with the same bytes (never for no copy: the
+    /// thread has moved on since, and nothing tells whether its stack did).
     fn live_matches_copy(&self) -> bool {
         *self.live_matches.get_or_init(|| {
+            if self.bytes.is_empty() {
+                return false;
+            }
             let n = OVERLAP.min(self.bytes.len());
             let tail = &self.bytes[self.bytes.len() - n..];
             let mut live = [0u8; OVERLAP];

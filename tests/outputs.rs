@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 /// The JVMs in this file share two cores: one recording at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -16,20 +16,6 @@ fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("jvmperf-outputs-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-fn ok(args: &[&str]) -> Output {
-    let res = run_jvmperf(args);
-    assert!(
-        res.status.success(),
-        "jvmperf {args:?} failed: {}",
-        stderr_of(&res)
-    );
-    res
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// Per-method (self, total) samples, as an independent reading of collapsed stacks.
@@ -690,7 +676,7 @@ fn convert_windows_threads_and_diff() {
             "-o",
             s(&dir.join("x.svg")),
         ],
-        ".jvmperf recording",
+        ".jvmperf or .jfr recording",
     );
     one_line_error(
         &["convert", s(&rec), "-o", s(&dir.join("x.png"))],

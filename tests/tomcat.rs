@@ -18,7 +18,7 @@ fn tomcat_under_load_records_rooted_named_stacks() {
     // compiled the hot paths: while code is still being compiled and replaced (deoptimization,
     // on-stack replacement) a few more stacks stop early, and this test is about steady state.
     let wrk = tomcat
-        .wrk(WARM_UP_SECS + 17, 4)
+        .wrk(WARM_UP_SECS + 17, 4, None)
         .unwrap_or_else(|e| panic!("{e}"));
     std::thread::sleep(std::time::Duration::from_secs(WARM_UP_SECS));
     let out = dir.join("tomcat.collapsed");

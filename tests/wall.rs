@@ -48,6 +48,11 @@ fn wall_clock_shares_match_the_phases_the_app_timed() {
     let err = stderr_of(&res);
     assert!(res.status.success(), "record --wall failed: {err}");
     assert!(err.contains("jvmperf: wall clock: "), "{err}");
+    // Per CPU, nothing is copied per switch: no record may be lost.
+    if err.contains("jvmperf: sampling per CPU") {
+        assert!(err.contains(", 0 lost,"), "{err}");
+        assert!(err.contains("stacks of the waits that counted: "), "{err}");
+    }
     let window = sample_window(&err);
     // A GT line after the window's end.
     std::thread::sleep(Duration::from_millis(300));

@@ -1,7 +1,7 @@
-//! Ring-buffer records as the sampler parses them (`jvmperf::sampler::parse_record`), with and without
-//! the kernel callchain and wall mode's identifier in the sample layout: the whole input as one
-//! record, and the input cut into records by their header sizes the way `RingBuffer::drain` hands
-//! them out.
+//! Ring-buffer records as the sampler parses them (`jvmperf::sampler::parse_record`), with and
+//! without the kernel callchain and wall mode's identifier in the sample layout, and as per-CPU
+//! wall mode's switch ring: the whole input as one record, and the input cut into records by their
+//! header sizes the way `RingBuffer::drain` hands them out.
 #![no_main]
 
 use jvmperf::sampler::{parse_record, ParsedRecord, RecordLayout};
@@ -20,12 +20,20 @@ fn check(record: &[u8], layout: RecordLayout, ips: &mut Vec<u64>) {
 
 fuzz_target!(|data: &[u8]| {
     let mut ips = Vec::new();
-    let layouts = [false, true].into_iter().flat_map(|kernel_callchain| {
+    let per_thread = [false, true].into_iter().flat_map(|kernel_callchain| {
         [None, Some(7)].map(|switch_event| RecordLayout {
             kernel_callchain,
             switch_event,
+            switch_ring: false,
         })
     });
+    // Per-CPU wall-clock mode's switch ring.
+    let switch_ring = RecordLayout {
+        kernel_callchain: false,
+        switch_event: None,
+        switch_ring: true,
+    };
+    let layouts = per_thread.chain([switch_ring]);
     for layout in layouts {
         check(data, layout, &mut ips);
         let mut rest = data;

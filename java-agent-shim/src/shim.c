@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <linux/sockios.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -163,6 +165,34 @@ static void put_str(struct buf *b, const char *s) {
         memcpy(at, s, n);
 }
 
+/* Thread and code blob names are cut to this many bytes: their frames then stay within COPY_UNDER_LOCK_MAX,
+ * which q_push copies under the queue's lock. */
+#define MAX_NAME_BYTES 4032u
+
+/* How many of the n bytes of s to keep for at most max: a cut on a character boundary of its (modified) UTF-8,
+ * neither inside a sequence nor between the halves of a surrogate pair (modified UTF-8 encodes one as two
+ * 3-byte sequences, the high half ED A0..AF xx). */
+static size_t utf8_cut(const char *s, size_t n, size_t max) {
+    if (n <= max)
+        return n;
+    const uint8_t *u = (const uint8_t *)s;
+    size_t k = max;
+    while (k > 0 && (u[k] & 0xC0) == 0x80)
+        k--;
+    if (k >= 3 && u[k - 3] == 0xED && (u[k - 2] & 0xF0) == 0xA0)
+        k -= 3;
+    return k;
+}
+
+/* A name, cut to MAX_NAME_BYTES. */
+static void put_name(struct buf *b, const char *s) {
+    size_t n = s ? utf8_cut(s, strlen(s), MAX_NAME_BYTES) : 0;
+    put_u32(b, n);
+    uint8_t *at = buf_grow(b, n);
+    if (at && n)
+        memcpy(at, s, n);
+}
+
 static size_t frame_begin(struct buf *b, uint16_t kind) {
     size_t off = b->len;
     put_u32(b, 0);
@@ -222,7 +252,7 @@ struct session_block {
     _Atomic uint64_t owner;         /* the copy serving a daemon (its token), 0 for none */
     _Atomic uint32_t daemon_pid;    /* that daemon's pid, named in BUSY */
     _Atomic int32_t fd;             /* its socket (-1 while it starts or ends) */
-    _Atomic uint64_t stalled_since; /* its socket writes have waited for the reader since (0: they do not) */
+    _Atomic uint64_t stalled_since; /* its reader has read nothing since (0: it reads; see watch_reader) */
     _Atomic uint32_t stop;          /* another copy takes over: end the session */
 };
 static struct session_block g_own_block = {.fd = -1}; /* when no shared block can be made */
@@ -270,17 +300,34 @@ static pthread_t g_replay_thread;
 
 /* Shim-thread only (including the replay callbacks, which run on it). */
 static int g_fd = -1;
+static int g_unread; /* unread_bytes() at the last write or look, -1 if unknown */
 static int g_replay_failed;
 static uint32_t g_replay_nmethods, g_replay_blobs;
 static int g_can_retransform;
 
 static atomic_int g_vm_dead; /* VMDeath was posted: end the session after sending what is queued */
+static _Atomic uint64_t g_vm_death_ns; /* when */
+static atomic_int g_vm_death_returned;  /* on_vm_death stopped waiting for the shim thread */
+
+/* The shim thread checks this before each JVMTI or JNI call it makes: once on_vm_death has returned, the VM
+ * goes on exiting and a call may block for good (HotSpot blocks a thread in native that enters an exited VM,
+ * VM_Exit::block_if_vm_exited). A call already running when VMDeath comes is let finish. */
+static int vm_dying(void) {
+    return atomic_load(&g_vm_dead);
+}
 
 /* Time application threads spent in the shim's ThreadStart/ThreadEnd callbacks this session (STATS). */
 static _Atomic uint64_t g_thread_events, g_thread_event_ns, g_thread_event_max_ns;
 
 static int on_replay_thread(void) {
     return atomic_load(&g_replaying) && pthread_equal(pthread_self(), g_replay_thread);
+}
+
+/* The replay failed, or the VM is dying and GenerateEvents is let run out without a lookup. Replay thread. */
+static int replay_over(void) {
+    if (vm_dying())
+        g_replay_failed = 1;
+    return g_replay_failed;
 }
 
 /* ---- sent method ids (caller holds g_q) ----------------------------------------------------------------- */
@@ -490,32 +537,70 @@ static void q_push(const struct buf *b) {
  * progress: while the replay waits for it inside GenerateEvents, the JVM keeps every nmethod not yet posted. */
 #define WRITE_DEADLINE_NS 5000000000ull
 #define DEATH_WRITE_DEADLINE_NS 150000000ull /* the JVM is exiting and VMDeath waits for the last records */
-/* An attach finding the current session's writes stalled this long takes over instead of answering BUSY. */
+/* An attach finding the current session's reader stalled this long (stalled_since) takes over instead of answering
+ * BUSY. */
 #define TAKEOVER_NS 1000000000ull
+
+/* Bytes sent on the session's socket that its reader has not read yet, or -1 if unknown. On an AF_UNIX socket
+ * SIOCOUTQ is the memory of the sent buffers the peer has not consumed (unix_outq_len in Linux
+ * net/unix/af_unix.c): nothing but the reader's reads makes it go down. */
+static int unread_bytes(void) {
+    int n = 0;
+    return ioctl(g_fd, SIOCOUTQ, &n) == 0 ? n : -1;
+}
+
+/* Looks at the reader, with nothing written since the last write or look: bytes waiting for it that did not go
+ * down mean it read nothing meanwhile. stalled_since marks the first look that found so; any read clears it.
+ * This also catches a stopped reader on a quiet JVM, where writes would not wait until the socket's buffer
+ * filled with STATS (~25 minutes). */
+static void watch_reader(void) {
+    int unread = unread_bytes();
+    if (unread == 0 || (unread > 0 && unread < g_unread))
+        atomic_store(&g_sess->stalled_since, 0);
+    else if (unread > 0 && !atomic_load(&g_sess->stalled_since))
+        atomic_store(&g_sess->stalled_since, now_ns());
+    g_unread = unread;
+}
+
+/* When a write waiting for room since blocked_at gives up: after WRITE_DEADLINE_NS, or once the VM is dying at
+ * DEATH_WRITE_DEADLINE_NS after VMDeath, whichever comes first. */
+static uint64_t write_deadline(uint64_t blocked_at) {
+    uint64_t deadline = blocked_at + WRITE_DEADLINE_NS, death = atomic_load(&g_vm_death_ns);
+    if (vm_dying() && death + DEATH_WRITE_DEADLINE_NS < deadline)
+        deadline = death + DEATH_WRITE_DEADLINE_NS;
+    return deadline;
+}
 
 static int sock_write_all(const void *data, size_t n) {
     const uint8_t *p = data;
+    uint64_t blocked_at = 0; /* when the current wait for room in the socket began */
     int rc = 0;
     while (n) {
         ssize_t w = send(g_fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w > 0) {
             p += w;
             n -= (size_t)w;
-            atomic_store(&g_sess->stalled_since, 0);
+            if (blocked_at) /* the reader made room */
+                atomic_store(&g_sess->stalled_since, 0);
+            blocked_at = 0;
+            g_unread = unread_bytes();
         } else if (w < 0 && errno == EINTR) {
             continue;
         } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            uint64_t now = now_ns(), since = atomic_load(&g_sess->stalled_since);
-            if (!since)
-                atomic_store(&g_sess->stalled_since, since = now);
-            uint64_t deadline = atomic_load(&g_vm_dead) ? DEATH_WRITE_DEADLINE_NS : WRITE_DEADLINE_NS;
+            uint64_t now = now_ns();
+            if (!blocked_at)
+                blocked_at = now;
+            if (!atomic_load(&g_sess->stalled_since))
+                atomic_store(&g_sess->stalled_since, now);
+            uint64_t deadline = write_deadline(blocked_at);
             /* A newly attached reader replaces a stuck one. */
-            if (atomic_load(&g_pending) || atomic_load(&g_sess->stop) || now - since > deadline) {
+            if (atomic_load(&g_pending) || atomic_load(&g_sess->stop) || now >= deadline) {
                 rc = -1;
                 break;
             }
+            uint64_t wait_ms = (deadline - now + 999999) / 1000000; /* not past the deadline */
             struct pollfd pfd = {.fd = g_fd, .events = POLLOUT};
-            if (poll(&pfd, 1, 100) < 0 && errno != EINTR) {
+            if (poll(&pfd, 1, wait_ms < 100 ? (int)wait_ms : 100) < 0 && errno != EINTR) {
                 rc = -1;
                 break;
             }
@@ -845,6 +930,27 @@ static int commit_nmethod(const struct buf *bm, struct method_rec *ms, size_t n_
     return COMMIT_DONE;
 }
 
+/* The smallest METHOD frame: header, id, four empty strings, access flags, bytecode length, no lines. */
+#define MIN_METHOD_FRAME (HDR_SIZE + 8 + 4 * 4 + 4 + 4 + 4)
+
+/* Encodes the METHODs ms[0 .. n_ms) into bm. A live record whose NMETHOD_LOAD takes nmethod_len bytes is given
+ * up (-1) as soon as the queue has no room for it: checked before each lookup, for what is encoded so far and
+ * the smallest frames of the METHODs left, so that no compilation pays for lookups of a record then dropped.
+ * The replay gives up when the VM is dying. */
+static int encode_methods(struct buf *bm, JNIEnv *jni, struct method_rec *ms, size_t n_ms, size_t nmethod_len,
+                          int replayed) {
+    bm->len = 0;
+    for (size_t i = 0; i < n_ms; i++) {
+        if (replayed ? replay_over()
+                     : !queue_has_room(nmethod_len + bm->len + (n_ms - i) * MIN_METHOD_FRAME))
+            return -1;
+        ms[i].off = bm->len;
+        encode_method(bm, jni, (jmethodID)(uintptr_t)ms[i].id);
+        ms[i].len = bm->len - ms[i].off;
+    }
+    return 0;
+}
+
 static void JNICALL on_compiled_method_load(jvmtiEnv *jvmti, jmethodID method, jint code_size,
                                             const void *code_addr, jint map_length,
                                             const jvmtiAddrLocationMap *map, const void *compile_info) {
@@ -852,15 +958,15 @@ static void JNICALL on_compiled_method_load(jvmtiEnv *jvmti, jmethodID method, j
     if (!atomic_load(&g_active) || !method)
         return;
     int replayed = on_replay_thread();
-    if (replayed && g_replay_failed)
+    if (replayed && replay_over())
         return;
 
     struct inline_info ii;
     collect_inline(compile_info, &ii);
     uint64_t frame_len = MIN_FRAME_LEN + 28 + ii.n_pcs * 12 + ii.n_frames * 12;
     if (frame_len > MAX_FRAME_LEN || (!replayed && !queue_has_room(frame_len + 4))) {
-        /* Checked before any method is looked up or encoded: a reader that does not keep up must not make
-         * every compilation pay for a record that is then thrown away. */
+        /* Checked before anything is built; encode_methods checks again before each lookup, for the METHODs
+         * too: a reader that does not keep up must not make every compilation pay for a record then dropped. */
         count_drop(1, frame_len + 4);
         return;
     }
@@ -896,14 +1002,10 @@ static void JNICALL on_compiled_method_load(jvmtiEnv *jvmti, jmethodID method, j
         if (!up)
             break;
 
-        bm.len = 0;
-        for (size_t i = 0; i < n_ms; i++) {
-            ms[i].off = bm.len;
-            encode_method(&bm, jni, (jmethodID)(uintptr_t)ms[i].id);
-            ms[i].len = bm.len - ms[i].off;
-        }
-        if (bm.bad) {
-            count_drop(1 + n_ms, bm.len + bn.len);
+        int given_up = encode_methods(&bm, jni, ms, n_ms, bn.len, replayed) < 0;
+        if (given_up || bm.bad) {
+            if (!(given_up && replayed))
+                count_drop(1 + n_ms, bm.len + bn.len);
             break;
         }
         wr_le(bn.p + 8, now_ns(), 8); /* not older than the METHODs just encoded */
@@ -936,7 +1038,7 @@ static void JNICALL on_dynamic_code_generated(jvmtiEnv *jvmti, const char *name,
     if (!atomic_load(&g_active))
         return;
     int replayed = on_replay_thread();
-    if (replayed && g_replay_failed)
+    if (replayed && replay_over())
         return;
     struct buf b = {0};
     size_t off = frame_begin(&b, K_CODE_BLOB);
@@ -945,7 +1047,7 @@ static void JNICALL on_dynamic_code_generated(jvmtiEnv *jvmti, const char *name,
     put_u8(&b, replayed);
     put_u8(&b, 0);
     put_u16(&b, 0);
-    put_str(&b, name);
+    put_name(&b, name);
     frame_end(&b, off);
     if (!replayed) {
         q_push(&b);
@@ -981,7 +1083,7 @@ static void JNICALL on_thread_start(jvmtiEnv *jvmti, JNIEnv *jni, jthread thread
     struct buf b = {0};
     size_t off = frame_begin(&b, K_THREAD_START);
     put_u32(&b, tid);
-    put_str(&b, info.name);
+    put_name(&b, info.name);
     frame_end(&b, off);
     q_push(&b);
     free(b.p);
@@ -1027,7 +1129,7 @@ static int send_retransform_done(uint32_t requested, uint32_t done, jvmtiError e
  * use (HotSpot derives its JIT-relevant flags from the capabilities *potentially* available, so holding it
  * costs nothing measurable there, but an environment should not keep what it no longer needs). */
 static void relinquish_retransform(void) {
-    if (!g_can_retransform)
+    if (!g_can_retransform || vm_dying())
         return;
     jvmtiCapabilities caps;
     memset(&caps, 0, sizeof caps);
@@ -1044,6 +1146,56 @@ struct cls {
 static int cmp_cls(const void *a, const void *b) {
     jint x = ((const struct cls *)a)->hash, y = ((const struct cls *)b)->hash;
     return x < y ? -1 : x > y;
+}
+
+/* Takes can_retransform_classes for a retransform (relinquish_retransform gives it back). */
+static jvmtiError take_retransform(void) {
+    if (g_can_retransform)
+        return JVMTI_ERROR_NONE;
+    if (vm_dying())
+        return JVMTI_ERROR_WRONG_PHASE;
+    jvmtiCapabilities caps;
+    memset(&caps, 0, sizeof caps);
+    caps.can_retransform_classes = 1;
+    jvmtiError err = JV(AddCapabilities, &caps);
+    g_can_retransform = err == JVMTI_ERROR_NONE;
+    return err;
+}
+
+/* Puts the modifiable ones among the distinct classes declaring ids[0 .. n_ids) into ks (local refs; cs is
+ * scratch with as many entries) and returns how many; *distinct is how many distinct classes there were. */
+static size_t modifiable_classes(JNIEnv *jni, const uint64_t *ids, size_t n_ids, struct cls *cs, jclass *ks,
+                                 uint32_t *distinct) {
+    size_t n_cs = 0;
+    for (size_t i = 0; i < n_ids && !vm_dying(); i++) {
+        jclass klass = NULL;
+        if (JV(GetMethodDeclaringClass, (jmethodID)(uintptr_t)ids[i], &klass) != JVMTI_ERROR_NONE || !klass)
+            continue;
+        cs[n_cs].k = klass;
+        if (JV(GetObjectHashCode, klass, &cs[n_cs].hash) != JVMTI_ERROR_NONE)
+            cs[n_cs].hash = 0;
+        n_cs++;
+    }
+    /* Dedupe classes: equal identity hashes first, then IsSameObject within a run. */
+    qsort(cs, n_cs, sizeof *cs, cmp_cls);
+    size_t n_ks = 0, run = 0;
+    for (size_t i = 0; i < n_cs && !vm_dying(); i++) {
+        if (i > 0 && cs[i].hash != cs[i - 1].hash)
+            run = n_ks;
+        int dup = 0;
+        for (size_t j = run; j < n_ks && !dup; j++)
+            dup = (*jni)->IsSameObject(jni, ks[j], cs[i].k);
+        if (!dup)
+            ks[n_ks++] = cs[i].k;
+    }
+    *distinct = (uint32_t)n_ks;
+    size_t m = 0;
+    for (size_t i = 0; i < n_ks && !vm_dying(); i++) {
+        jboolean ok = JNI_FALSE;
+        if (JV(IsModifiableClass, ks[i], &ok) == JVMTI_ERROR_NONE && ok)
+            ks[m++] = ks[i];
+    }
+    return m;
 }
 
 /* Retransforms (with unchanged bytes) the classes declaring the given methods. */
@@ -1076,58 +1228,26 @@ static int retransform(JNIEnv *jni, const uint8_t *p, size_t len) {
     pthread_mutex_unlock(&g_q);
     n_ids = k;
 
-    jvmtiError err = JVMTI_ERROR_NONE;
-    if (!g_can_retransform) {
-        jvmtiCapabilities caps;
-        memset(&caps, 0, sizeof caps);
-        caps.can_retransform_classes = 1;
-        err = JV(AddCapabilities, &caps);
-        g_can_retransform = err == JVMTI_ERROR_NONE;
-    }
-
+    jvmtiError err = take_retransform();
     uint32_t requested = 0, done = 0;
     /* One local ref per class; HotSpot caps a frame's declared capacity at MaxJNILocalCapacity (65536). */
     jint capacity = n_ids + 16 < MAX_RETRANSFORM ? (jint)n_ids + 16 : (jint)MAX_RETRANSFORM;
-    if (err == JVMTI_ERROR_NONE && (*jni)->PushLocalFrame(jni, capacity) == 0) {
-        size_t n_cs = 0;
-        for (size_t i = 0; i < n_ids; i++) {
-            jclass klass = NULL;
-            if (JV(GetMethodDeclaringClass, (jmethodID)(uintptr_t)ids[i], &klass) != JVMTI_ERROR_NONE || !klass)
-                continue;
-            cs[n_cs].k = klass;
-            if (JV(GetObjectHashCode, klass, &cs[n_cs].hash) != JVMTI_ERROR_NONE)
-                cs[n_cs].hash = 0;
-            n_cs++;
-        }
-        /* Dedupe classes: equal identity hashes first, then IsSameObject within a run. */
-        qsort(cs, n_cs, sizeof *cs, cmp_cls);
-        size_t n_ks = 0, run = 0;
-        for (size_t i = 0; i < n_cs; i++) {
-            if (i > 0 && cs[i].hash != cs[i - 1].hash)
-                run = n_ks;
-            int dup = 0;
-            for (size_t j = run; j < n_ks && !dup; j++)
-                dup = (*jni)->IsSameObject(jni, ks[j], cs[i].k);
-            if (!dup)
-                ks[n_ks++] = cs[i].k;
-        }
-        requested = (uint32_t)n_ks;
-        size_t m = 0;
-        for (size_t i = 0; i < n_ks; i++) {
-            jboolean ok = JNI_FALSE;
-            if (JV(IsModifiableClass, ks[i], &ok) == JVMTI_ERROR_NONE && ok)
-                ks[m++] = ks[i];
-        }
-        if (m > 0)
+    if (err == JVMTI_ERROR_NONE && !vm_dying() && (*jni)->PushLocalFrame(jni, capacity) == 0) {
+        size_t m = modifiable_classes(jni, ids, n_ids, cs, ks, &requested);
+        if (vm_dying())
+            err = JVMTI_ERROR_WRONG_PHASE;
+        else if (m > 0)
             err = JV(RetransformClasses, (jint)m, ks);
         if (err == JVMTI_ERROR_NONE)
             done = (uint32_t)m;
-        (*jni)->PopLocalFrame(jni, NULL);
-        relinquish_retransform();
+        if (!vm_dying())
+            (*jni)->PopLocalFrame(jni, NULL);
     } else if (err == JVMTI_ERROR_NONE) {
-        (*jni)->ExceptionClear(jni);
-        err = JVMTI_ERROR_OUT_OF_MEMORY;
+        if (!vm_dying())
+            (*jni)->ExceptionClear(jni);
+        err = vm_dying() ? JVMTI_ERROR_WRONG_PHASE : JVMTI_ERROR_OUT_OF_MEMORY;
     }
+    relinquish_retransform(); /* whatever failed after the capability was taken */
     free(ids), free(cs), free(ks);
     return send_retransform_done(requested, done, err);
 }
@@ -1253,19 +1373,26 @@ static char *java_property(JNIEnv *jni, const char *key) {
     return val;
 }
 
+/* A system property, or NULL (also once the VM is dying). JVMTI only knows the VM's own properties; java.version
+ * is set by the class library, read through System.getProperty. */
+static char *vm_property(JNIEnv *jni, const char *key) {
+    char *v = NULL, *val = NULL;
+    if (vm_dying())
+        return NULL;
+    if (JV(GetSystemProperty, key, &v) == JVMTI_ERROR_NONE && v && v[0])
+        val = strdup(v);
+    JV(Deallocate, (unsigned char *)v);
+    if (!val && !vm_dying())
+        val = java_property(jni, key);
+    return val;
+}
+
 static int send_hello(JNIEnv *jni, uint32_t attach_count) {
     static const char *const props[] = {"java.vm.version", "java.version", "java.vm.name"};
     char *vals[3] = {NULL, NULL, NULL};
     struct buf b = {0};
-    /* JVMTI only knows the VM's own properties; java.version is set by the class library. */
-    for (int i = 0; i < 3; i++) {
-        char *v = NULL;
-        if (JV(GetSystemProperty, props[i], &v) == JVMTI_ERROR_NONE && v && v[0])
-            vals[i] = strdup(v);
-        JV(Deallocate, (unsigned char *)v);
-        if (!vals[i])
-            vals[i] = java_property(jni, props[i]);
-    }
+    for (int i = 0; i < 3; i++)
+        vals[i] = vm_property(jni, props[i]);
     size_t off = frame_begin(&b, K_HELLO);
     put_u32(&b, PROTOCOL_VERSION);
     put_u32(&b, getpid());
@@ -1344,7 +1471,11 @@ static int maybe_send_stats(const struct rx *r, uint64_t *last_time) {
     put_u64(&b, atomic_load(&g_thread_event_max_ns));
     jvmtiCapabilities held;
     memset(&held, 0, sizeof held);
-    put_u64(&b, JV(GetCapabilities, &held) == JVMTI_ERROR_NONE && held.can_retransform_classes ? 1 : 0);
+    if (vm_dying())
+        held.can_retransform_classes = g_can_retransform;
+    else if (JV(GetCapabilities, &held) != JVMTI_ERROR_NONE)
+        held.can_retransform_classes = 0;
+    put_u64(&b, held.can_retransform_classes);
     frame_end(&b, off);
     int rc = send_buf(&b);
     free(b.p);
@@ -1448,6 +1579,12 @@ static void find_session_block(void) {
     g_sess = b; /* fd stays open for good: it is how the other copies find the block */
 }
 
+/* The session's reader has read nothing for TAKEOVER_NS while bytes waited for it: it stopped reading. */
+static int session_stalled(void) {
+    uint64_t since = atomic_load(&g_sess->stalled_since);
+    return since && now_ns() - since > TAKEOVER_NS;
+}
+
 /* Another copy serves a daemon that is there and reading: its pid in *pid. One whose daemon is gone or stopped
  * reading is asked to end its session (this copy's shim thread then waits for it, see claim_session). */
 static int other_copy_serving(uint32_t *pid) {
@@ -1455,8 +1592,7 @@ static int other_copy_serving(uint32_t *pid) {
     if (!owner || owner == my_token())
         return 0;
     int fd = atomic_load(&g_sess->fd);
-    uint64_t since = atomic_load(&g_sess->stalled_since);
-    if (fd < 0 || (daemon_alive(fd) && !(since && now_ns() - since > TAKEOVER_NS))) {
+    if (fd < 0 || (daemon_alive(fd) && !session_stalled())) {
         *pid = atomic_load(&g_sess->daemon_pid);
         return 1;
     }
@@ -1471,7 +1607,7 @@ static int claim_session(int fd, uint32_t daemon_pid) {
         uint64_t owner = 0;
         if (atomic_compare_exchange_strong(&g_sess->owner, &owner, my_token()))
             break;
-        if (waited >= CLAIM_WAIT_MS)
+        if (waited >= CLAIM_WAIT_MS || vm_dying())
             return -1;
         struct timespec ts = {0, POLL_MS * 1000000L};
         nanosleep(&ts, NULL);
@@ -1490,6 +1626,18 @@ static void release_session(void) {
     atomic_store(&g_sess->fd, -1);
     atomic_store(&g_sess->stalled_since, 0);
     atomic_compare_exchange_strong(&g_sess->owner, &owner, 0);
+}
+
+/* GenerateEvents posts every code blob and nmethod there is to this thread's callbacks, which write them to the
+ * socket (see replay_over). */
+static void replay(void) {
+    g_replay_thread = pthread_self();
+    atomic_store(&g_replaying, 1);
+    if (!replay_over())
+        JV(GenerateEvents, JVMTI_EVENT_DYNAMIC_CODE_GENERATED);
+    if (!replay_over())
+        JV(GenerateEvents, JVMTI_EVENT_COMPILED_METHOD_LOAD);
+    atomic_store(&g_replaying, 0);
 }
 
 /* Serves the daemon connected on fd (g_conn) until it goes away or a new attach replaces it, then closes fd. */
@@ -1511,19 +1659,15 @@ static void run_session(JNIEnv *jni, int fd, uint32_t attach_count, uint32_t dae
     atomic_store(&g_thread_event_ns, 0);
     atomic_store(&g_thread_event_max_ns, 0);
     g_fd = fd;
+    g_unread = 0;
     g_replay_failed = 0;
     g_replay_nmethods = g_replay_blobs = 0;
     atomic_store(&g_active, 1);
 
     struct rx rx = {0};
-    if (send_hello(jni, attach_count) == 0 && flush_out() == 0) {
+    if (!vm_dying() && send_hello(jni, attach_count) == 0 && flush_out() == 0 && !vm_dying()) {
         set_events(JVMTI_ENABLE);
-        g_replay_thread = pthread_self();
-        atomic_store(&g_replaying, 1);
-        JV(GenerateEvents, JVMTI_EVENT_DYNAMIC_CODE_GENERATED);
-        if (!g_replay_failed)
-            JV(GenerateEvents, JVMTI_EVENT_COMPILED_METHOD_LOAD);
-        atomic_store(&g_replaying, 0);
+        replay();
 
         uint64_t last_records = 0, last_bytes = 0, last_time = 0, last_stats = 0;
         int ok = !g_replay_failed && drain(UINT64_MAX) == 0 && send_replay_done() == 0 && flush_out() == 0;
@@ -1534,6 +1678,8 @@ static void run_session(JNIEnv *jni, int fd, uint32_t attach_count, uint32_t dae
                 break;
             if (pr > 0 && rx_pump(jni, &rx) < 0)
                 break;
+            if (g_unread != 0)
+                watch_reader();
             ok = drain(UINT64_MAX) == 0 && maybe_send_dropped(&last_records, &last_bytes, &last_time) == 0 &&
                  maybe_send_stats(&rx, &last_stats) == 0 && flush_out() == 0;
         }
@@ -1599,7 +1745,8 @@ static void *shim_main(void *arg) {
         pthread_mutex_unlock(&g_ctl);
         run_session(jni, fd, count, daemon_pid);
     }
-    if (attached)
+    /* Past on_vm_death's wait (a JVMTI call that ran long), detaching would enter an exited VM and block. */
+    if (attached && !atomic_load(&g_vm_death_returned))
         (*g_vm)->DetachCurrentThread(g_vm);
     if (dying) {
         pthread_mutex_lock(&g_ctl);
@@ -1646,6 +1793,7 @@ static void JNICALL on_vm_init(jvmtiEnv *jvmti, JNIEnv *jni, jthread thread) {
 #define VM_DEATH_WAIT_MS 200
 static void JNICALL on_vm_death(jvmtiEnv *jvmti, JNIEnv *jni) {
     (void)jvmti, (void)jni;
+    atomic_store(&g_vm_death_ns, now_ns());
     atomic_store(&g_vm_dead, 1);
     for (int waited = 0; waited < VM_DEATH_WAIT_MS; waited += POLL_MS) {
         pthread_mutex_lock(&g_ctl);
@@ -1656,6 +1804,7 @@ static void JNICALL on_vm_death(jvmtiEnv *jvmti, JNIEnv *jni) {
         struct timespec ts = {0, POLL_MS * 1000000L};
         nanosleep(&ts, NULL);
     }
+    atomic_store(&g_vm_death_returned, 1);
 }
 
 /* Creates the JVMTI environment once per process; caller holds g_ctl. */
@@ -1708,12 +1857,6 @@ static int parse_options(const char *options, char *path, size_t cap, uint32_t *
         if (strncmp(kv + 1, "daemon_pid=", 11) == 0)
             *daemon_pid = (uint32_t)strtoul(kv + 12, NULL, 10);
     return 0;
-}
-
-/* The session's writes have waited for its reader for TAKEOVER_NS: it stopped reading. */
-static int session_stalled(void) {
-    uint64_t since = atomic_load(&g_sess->stalled_since);
-    return since && now_ns() - since > TAKEOVER_NS;
 }
 
 /* The daemon the shim is serving or about to serve, if it is still connected and reading; caller holds g_ctl. */

@@ -73,8 +73,8 @@ pub struct ConvertOptions {
     /// and --since/--until apply across them.
     #[arg(required = true, num_args = 1..)]
     pub inputs: Vec<PathBuf>,
-    /// Output file; the format follows the extension (.collapsed, .txt, .svg, .iprof, .pb.gz,
-    /// .jvmperf) unless --format.
+    /// Output file; the format follows the extension (.collapsed, .txt, .svg, .html, .iprof,
+    /// .pb.gz, .speedscope.json, .jfr, .jvmperf) unless --format.
     #[arg(short, long)]
     pub output: PathBuf,
     #[arg(long, value_enum)]

@@ -1,11 +1,12 @@
 //! `jvmperf diff BEFORE AFTER -o diff.svg`: a differential flame graph (inferno's `difffolded`
 //! then its flame graph): the frames of AFTER, coloured red where they grew and blue where they
 //! shrank relative to BEFORE. `-o x.collapsed` writes the differential folded lines instead
-//! (`stack before after`).
+//! (`stack before after`); `-o diff.html` the HTML page of AFTER coloured by how each frame's
+//! share of the samples changed.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::input;
-use crate::output::{self, collapsed, flamegraph, Format, OutputOptions};
+use crate::output::{self, collapsed, flamegraph, html, Format, OutputOptions};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -14,10 +15,10 @@ pub struct DiffOptions {
     pub before: PathBuf,
     /// The profile after the change.
     pub after: PathBuf,
-    /// Output file: .svg, or .collapsed for differential folded lines.
+    /// Output file: .svg, .html, or .collapsed for differential folded lines.
     #[arg(short, long)]
     pub output: PathBuf,
-    /// svg or collapsed.
+    /// svg, html or collapsed.
     #[arg(long, value_enum)]
     pub format: Option<Format>,
     /// Scale BEFORE to the sample count of AFTER.
@@ -59,14 +60,30 @@ pub fn run(opts: &DiffOptions) -> Result<()> {
         Some(f) => f,
         None => Format::from_path(&opts.output)?,
     };
-    if !matches!(format, Format::Svg | Format::Collapsed) {
+    if !matches!(format, Format::Svg | Format::Html | Format::Collapsed) {
         return Err(Error::new(
             ErrorKind::Usage,
             format!(
-                "diff writes an SVG flame graph or differential collapsed stacks, not {}: use -o diff.svg or -o diff.collapsed",
+                "diff writes an SVG flame graph, an HTML page or differential collapsed stacks, not {}: use -o diff.svg, -o diff.html or -o diff.collapsed",
                 format.name()
             ),
         ));
+    }
+    let title = format!(
+        "jvmperf diff: {} → {}",
+        opts.before.display(),
+        opts.after.display()
+    );
+    if format == Format::Html {
+        let before = input::read(&opts.before)?;
+        let after = input::read(&opts.after)?;
+        let page = html::render_diff(&before.profile, &after.profile, &title)?;
+        output::write_file(&opts.output, &page)?;
+        eprintln!(
+            "jvmperf: differential page written to {}",
+            opts.output.display()
+        );
+        return Ok(());
     }
     let out_opts = OutputOptions {
         threads: opts.threads,
@@ -81,14 +98,7 @@ pub fn run(opts: &DiffOptions) -> Result<()> {
     }
     let diff = folded(&texts[0], &texts[1], opts.normalize)?;
     let bytes = match format {
-        Format::Svg => flamegraph::from_folded(
-            &diff,
-            &format!(
-                "jvmperf diff: {} → {}",
-                opts.before.display(),
-                opts.after.display()
-            ),
-        )?,
+        Format::Svg => flamegraph::from_folded(&diff, &title)?,
         _ => diff.into_bytes(),
     };
     output::write_file(&opts.output, &bytes)?;

@@ -36,8 +36,8 @@ pub struct RecordOptions {
     /// however long the recording runs.
     #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_stacks: u32,
-    /// Output file; the format follows the extension (.collapsed, .txt, .svg, .iprof, .pb.gz,
-    /// .jvmperf) unless --format.
+    /// Output file; the format follows the extension (.collapsed, .txt, .svg, .html, .iprof,
+    /// .pb.gz, .speedscope.json, .jfr, .jvmperf) unless --format.
     #[arg(short, long, default_value = "profile.svg")]
     pub output: PathBuf,
     #[arg(long, value_enum)]
@@ -46,8 +46,9 @@ pub struct RecordOptions {
     #[arg(long)]
     pub threads: bool,
     /// Wall-clock time: every thread counts at the rate whether it runs or not, so sleeping,
-    /// parking, lock waits, I/O and waiting for a CPU show with their share of the time (each
-    /// context switch costs the thread a stack sample; see the README).
+    /// parking, lock waits, I/O and waiting for a CPU show with their share of the time (per CPU
+    /// the stacks of waiting threads are read from outside; per thread each context switch costs
+    /// the thread a stack sample; see the README).
     #[arg(long)]
     pub wall: bool,
     /// With --wall, keep threads that were blocked for the whole recording.
@@ -248,10 +249,20 @@ fn print_summary(opts: &RecordOptions, r: &Recording, naming_took: Duration) {
             100.0 * w.off_cpu as f64 / periods,
             r.stats.switches
         );
+        if let Some(st) = &w.stacks {
+            eprintln!(
+                "jvmperf: wall clock: stacks of the waits that counted: {} read while the thread waited, {} from an earlier wait at the same place, {} with their innermost frame only (ended before they could be read); {} reads raced with the thread waking",
+                st.read, st.reused, st.unread, st.raced
+            );
+        }
         if r.stats.lost > 0 {
             let switches = (r.stats.switches + r.stats.lost) as f64 / r.sampled_for.as_secs_f64();
+            let why = match w.stacks {
+                Some(_) => "the per-CPU rings filled before they were drained (jvmperf was kept off the CPUs)",
+                None => "at this switch rate the stack copies cannot keep up (a smaller --stack-size helps; see the README)",
+            };
             eprintln!(
-                "jvmperf: wall clock: {} records were lost ({:.1}%), ~{switches:.0} context switches/s: time off a CPU whose switch was lost is not counted, so the off-CPU share is low; at this switch rate the stack copies cannot keep up (a smaller --stack-size helps; see the README)",
+                "jvmperf: wall clock: {} records were lost ({:.1}%), ~{switches:.0} context switches/s: time off a CPU whose switch was lost is not counted, so the off-CPU share is low; {why}",
                 r.stats.lost,
                 100.0 * r.stats.lost as f64 / (r.stats.samples + r.stats.lost).max(1) as f64
             );

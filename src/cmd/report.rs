@@ -9,7 +9,7 @@
 
 use crate::error::Result;
 use crate::input::{self, Recording};
-use crate::profile::{FrameKind, Profile, Sample};
+use crate::profile::{Profile, Sample};
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -25,7 +25,7 @@ pub enum SortBy {
 
 #[derive(clap::Args)]
 pub struct ReportOptions {
-    /// The profiles to read (.jvmperf, .iprof, .pb.gz, .collapsed): several are merged into one.
+    /// The profiles to read (.jvmperf, .jfr, .iprof, .pb.gz, .collapsed): several are merged into one.
     #[arg(required = true, num_args = 1..)]
     pub inputs: Vec<PathBuf>,
     #[command(flatten)]
@@ -71,11 +71,7 @@ fn stack_keys(profile: &Profile) -> StackKeys {
         .frames
         .iter()
         .map(|f| {
-            let key = match f.kind {
-                FrameKind::Thread => return None,
-                FrameKind::Kernel => format!("{} [kernel]", f.name),
-                _ => f.name.clone(),
-            };
+            let key = f.method_key()?;
             Some(*key_ids.entry(key.clone()).or_insert_with(|| {
                 keys.push(key);
                 keys.len() as u32 - 1
@@ -258,7 +254,7 @@ pub fn run(opts: &ReportOptions) -> Result<()> {
 mod tests {
     use super::*;
     use crate::output::Format;
-    use crate::profile::Frame;
+    use crate::profile::{Frame, FrameKind};
 
     #[test]
     fn self_and_total_count_each_sample_once() {

@@ -1,6 +1,7 @@
 //! Walked samples waiting to be named: raw stacks interned (raw frames are stable per code
 //! address; names depend on time) and the samples that point at them.
 
+use super::off_cpu_reads::{Back, OffCpuReads};
 use super::wall::OffCpu;
 use crate::hotspot::scopes::ScopeLayout;
 use crate::hotspot::HotSpot;
@@ -36,6 +37,8 @@ pub(super) struct Collected {
     scopes: Option<Scopes>,
     /// Wall-clock mode: threads off a CPU.
     pub wall: Option<OffCpu>,
+    /// Per-CPU wall-clock mode: their stacks, read from outside.
+    pub off_cpu_reads: Option<OffCpuReads>,
 }
 
 /// Decoded debug info of compiled code, by (pc, is a return address), until the code changes.
@@ -68,23 +71,77 @@ impl Collected {
 
     /// A sample (or, in wall-clock mode, a thread's switch) from the sampler.
     pub fn add(&mut self, walker: &mut StackWalker, s: &Sample<'_>) {
-        let Some(wall) = self.wall.as_mut() else {
+        if self.wall.is_none() {
             let raw = self.walk(walker, s);
             self.samples.push(raw);
             return;
-        };
+        }
         match s.kind {
-            SampleKind::SwitchIn => wall.switched_in(s.tid, s.time, &mut self.samples),
+            SampleKind::SwitchIn => self.came_back(walker, s.tid, s.time),
             SampleKind::OnCpu => {
-                wall.on_cpu(s.tid);
                 let raw = self.walk(walker, s);
                 self.samples.push(raw);
+                if let Some(wall) = self.wall.as_mut() {
+                    match self.off_cpu_reads {
+                        Some(_) => wall.on_cpu_ordered(),
+                        None => wall.on_cpu(s.tid),
+                    }
+                }
             }
             SampleKind::SwitchOut => {
                 let raw = self.walk(walker, s);
                 if let Some(wall) = self.wall.as_mut() {
                     wall.switched_out(raw);
                 }
+            }
+            SampleKind::LeftCpu | SampleKind::Exited => {
+                if let (Some(wall), Some(reads)) = (self.wall.as_mut(), self.off_cpu_reads.as_mut())
+                {
+                    wall.left_again(s.tid);
+                    match s.kind {
+                        SampleKind::Exited => reads.exited(s.tid),
+                        _ => reads.left(s),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Wall-clock mode: thread `tid` came back on a CPU at `time`.
+    fn came_back(&mut self, walker: &mut StackWalker, tid: u32, time: u64) {
+        let back = match self.off_cpu_reads.take() {
+            Some(mut reads) => {
+                let back = reads.came_back(tid, time, &mut |s| self.walk(walker, s));
+                self.off_cpu_reads = Some(reads);
+                back
+            }
+            None => Back::Nothing,
+        };
+        let Some(wall) = self.wall.as_mut() else {
+            return;
+        };
+        match back {
+            Back::Nothing => {}
+            Back::Left(raw) => wall.switched_out(raw),
+            Back::Replace(raw) => wall.replace_stack(raw),
+        }
+        wall.switched_in(tid, time, &mut self.samples);
+    }
+
+    /// Per-CPU wall-clock mode: reads the stacks of the threads off a CPU whose wait counts
+    /// now (see [`OffCpuReads::read_due`]).
+    pub fn read_off_cpu_stacks(&mut self, walker: &mut StackWalker, now: u64) {
+        let Some(mut reads) = self.off_cpu_reads.take() else {
+            return;
+        };
+        let mut read = Vec::new();
+        reads.read_due(now, &mut |s| self.walk(walker, s), &mut |raw| {
+            read.push(raw)
+        });
+        self.off_cpu_reads = Some(reads);
+        if let Some(wall) = self.wall.as_mut() {
+            for raw in read {
+                wall.switched_out(raw);
             }
         }
     }
@@ -106,6 +163,9 @@ impl Collected {
 
     /// Wall-clock mode: sampling ended at `end`; see [`OffCpu::finish`].
     pub fn finish_off_cpu(&mut self, end: u64, idle: bool) {
+        if let Some(reads) = self.off_cpu_reads.as_mut() {
+            reads.finish();
+        }
         if let Some(wall) = self.wall.as_mut() {
             wall.finish(end, idle, &mut self.samples);
         }
@@ -144,6 +204,7 @@ impl Collected {
         self.ids.clear();
         let mut renumbered: HashMap<u32, u32> = HashMap::default();
         let held = self.wall.iter_mut().flat_map(|w| w.held_mut());
+        let held = held.chain(self.off_cpu_reads.iter_mut().flat_map(|r| r.held_mut()));
         for s in self.samples.iter_mut().chain(held) {
             s.stack = *renumbered.entry(s.stack).or_insert_with(|| {
                 let frames = std::mem::take(&mut old[s.stack as usize]);

@@ -10,6 +10,7 @@
 
 mod collect;
 mod naming;
+mod off_cpu_reads;
 mod wall;
 
 use crate::error::{ErrorKind, Result};
@@ -27,6 +28,7 @@ use crate::walker::StackWalker;
 use collect::Collected;
 use foldhash::HashMap;
 use naming::Named;
+pub use off_cpu_reads::OffCpuStackStats;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -139,6 +141,10 @@ struct CpuTime {
 /// Names of newly sampled threads read from /proc per turn.
 const COMMS_PER_TURN: usize = 64;
 
+/// Per-CPU wall-clock mode: how long after a period boundary the engine wakes to read the stacks
+/// of the threads off a CPU across it.
+const BOUNDARY_LATE_NS: u64 = 200_000;
+
 /// The target's CPU time is read this often (and at the end), so that a JVM that exits leaves
 /// its last reading; reading it sums over every thread.
 const CPU_TIME_EVERY: Duration = Duration::from_secs(2);
@@ -164,6 +170,8 @@ pub struct WallSummary {
     /// Threads blocked for the whole recording, left out (without `--idle`) or kept.
     pub idle_threads: usize,
     pub idle_kept: bool,
+    /// Per-CPU sampling: how the stacks of the waits were found (read from outside).
+    pub stacks: Option<OffCpuStackStats>,
 }
 
 /// A finished recording: the named profile and what the summary reports about it.
@@ -270,13 +278,27 @@ impl Engine {
         };
         let period_ns = 1_000_000_000 / opts.frequency_hz.max(1);
         collected.wall = opts.wall.map(|_| wall::OffCpu::new(period_ns));
-        // Opened after the attach, enabled: no sample from before the start, no enable per thread.
-        let start_ns = crate::profile::monotonic_now_ns();
-        let cpu_at_start = live.process.cpu_time_ns();
-        let sampler = match events {
+        // Opened after the attach, enabled: no enable per thread.
+        let mut sampler = match events {
             Events::Shared(host) => Sampler::shared(opts.pid, &config, host),
             Events::Own(strategy) => Sampler::open_as(opts.pid, &config, strategy)?,
         };
+        // Per thread, sampling starts once every thread found has its event (a JVM of thousands
+        // of threads takes a while): events open in batches between drains, and what they sample
+        // before the start is dropped, so that every thread is sampled over the whole window.
+        while sampler.has_pending_threads() {
+            sampler.open_pending_threads();
+            sampler.poll(Duration::ZERO, &mut |_| {})?;
+        }
+        let start_ns = crate::profile::monotonic_now_ns();
+        let cpu_at_start = live.process.cpu_time_ns();
+        if opts.wall.is_some() && sampler.strategy().kind == Sampling::PerCpu {
+            collected.off_cpu_reads = Some(off_cpu_reads::OffCpuReads::new(
+                opts.pid,
+                period_ns,
+                opts.stack_size,
+            ));
+        }
         // Threads sampled before the engine's first turn, named at the end.
         let mut comms = HashMap::default();
         if opts.wall.is_some() {
@@ -332,13 +354,24 @@ impl Engine {
             return Ok(());
         }
         // Threads still to open are opened between drains: no waiting meanwhile.
-        let timeout = match self.sampler.has_pending_threads() {
+        let mut timeout = match self.sampler.has_pending_threads() {
             true => Duration::ZERO,
             false => timeout,
         };
+        // Per-CPU wall-clock mode: threads whose wait crosses a period boundary are read as
+        // soon after it as can be, before they wake.
+        if let Some(reads) = &self.collected.off_cpu_reads {
+            let now = crate::profile::monotonic_now_ns();
+            let until = reads.next_boundary(now) - now + BOUNDARY_LATE_NS;
+            timeout = timeout.min(Duration::from_nanos(until));
+        }
         let (collected, walker) = (&mut self.collected, &mut self.walker);
         let (comms, new_tids) = (&self.comms, &mut self.new_tids);
+        let start_ns = self.start_ns;
         let polled = self.sampler.poll(timeout, &mut |s| {
+            if s.time < start_ns {
+                return;
+            }
             if !comms.contains_key(&s.tid) && !new_tids.contains(&s.tid) {
                 new_tids.push(s.tid);
             }
@@ -363,6 +396,7 @@ impl Engine {
             }
         }
         let now = crate::profile::monotonic_now_ns();
+        self.collected.read_off_cpu_stacks(&mut self.walker, now);
         self.collected
             .count_off_cpu(now.saturating_sub(wall::LAG_NS));
         let code_before = self.live.state.code_events;
@@ -563,6 +597,8 @@ impl Engine {
         let _ = self
             .sampler
             .poll(Duration::ZERO, &mut |s| collected.add(walker, s));
+        // Threads still off are still where they left: their waits are read now.
+        collected.read_off_cpu_stacks(walker, end_ns);
         let idle_kept = self.wall.is_some_and(|w| w.idle);
         let idle_threads = self.collected.wall.as_ref().map_or(0, |w| w.idle_threads());
         self.collected.finish_off_cpu(end_ns, idle_kept);
@@ -624,6 +660,7 @@ impl Engine {
                 off_cpu: w.off_cpu,
                 idle_threads,
                 idle_kept,
+                stacks: self.collected.off_cpu_reads.as_ref().map(|r| r.stats),
             }),
             spill: named.spill.take(),
             ended: self.ended.take(),

@@ -77,6 +77,27 @@ impl OffCpu {
         self.off.insert(s.tid, s);
     }
 
+    /// Per-CPU wall-clock mode: the thread left a CPU again (an earlier wait whose switch-in was
+    /// lost is over), or exited.
+    pub fn left_again(&mut self, tid: u32) {
+        self.off.remove(&tid);
+        self.blocked_at_start.remove(&tid);
+    }
+
+    /// The stack counted for thread `s.tid`'s wait turned out wrong: `s` stands for it from now
+    /// on (the periods counted so far stay with the old one).
+    pub fn replace_stack(&mut self, s: RawSample) {
+        if let Some(off) = self.off.get_mut(&s.tid) {
+            off.stack = s.stack;
+        }
+    }
+
+    /// A sample taken on a CPU, where the switch records come in time order (per CPU): only
+    /// counted, as the thread's switch-in may still be on its way.
+    pub fn on_cpu_ordered(&mut self) {
+        self.on_cpu += 1;
+    }
+
     /// The thread came back on a CPU at `time`: its time off is counted into `out`.
     pub fn switched_in(&mut self, tid: u32, time: u64, out: &mut Vec<RawSample>) {
         let left = self

@@ -13,9 +13,9 @@ use crate::profile::{Clock, Frame, FrameKind, Profile};
 use inferno::flamegraph::color::{BasicPalette, Color, PaletteMap};
 use inferno::flamegraph::{self, Options, Palette};
 
-/// What a frame is, as the flame graph colours it.
+/// What a frame is, as the flame graphs (this SVG and the HTML page) colour it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Shade {
+pub(crate) enum Shade {
     C2,
     C1,
     Inlined,
@@ -28,7 +28,7 @@ enum Shade {
 }
 
 impl Shade {
-    const ALL: [Shade; 9] = [
+    pub(crate) const ALL: [Shade; 9] = [
         Shade::C2,
         Shade::C1,
         Shade::Inlined,
@@ -40,7 +40,7 @@ impl Shade {
         Shade::Thread,
     ];
 
-    fn of(frame: &Frame) -> Shade {
+    pub(crate) fn of(frame: &Frame) -> Shade {
         match frame.kind {
             FrameKind::Jit if frame.code.is_some_and(|c| c.is_c1()) => Shade::C1,
             FrameKind::Jit => Shade::C2,
@@ -93,7 +93,7 @@ impl Shade {
         }
     }
 
-    fn color(self) -> Color {
+    pub(crate) fn color(self) -> Color {
         let (r, g, b) = match self {
             Shade::C2 => (80, 190, 90),
             Shade::C1 => (175, 215, 80),
@@ -108,18 +108,34 @@ impl Shade {
         Color { r, g, b }
     }
 
-    fn legend(self) -> &'static str {
+    /// What the legend calls the kind.
+    pub(crate) fn name(self) -> &'static str {
         match self {
-            Shade::C2 => "C2 green",
-            Shade::C1 => "C1 lime",
-            Shade::Inlined => "inlined aqua",
-            Shade::Interpreted => "interpreted red",
-            Shade::Native => "native yellow",
-            Shade::Stub => "VM stub tan",
-            Shade::Kernel => "kernel orange",
-            Shade::Agent => "jvmperf agent purple",
-            Shade::Thread => "thread grey",
+            Shade::C2 => "C2",
+            Shade::C1 => "C1",
+            Shade::Inlined => "inlined",
+            Shade::Interpreted => "interpreted",
+            Shade::Native => "native",
+            Shade::Stub => "VM stub",
+            Shade::Kernel => "kernel",
+            Shade::Agent => "jvmperf agent",
+            Shade::Thread => "thread",
         }
+    }
+
+    fn legend(self) -> String {
+        let colour = match self {
+            Shade::C2 => "green",
+            Shade::C1 => "lime",
+            Shade::Inlined => "aqua",
+            Shade::Interpreted => "red",
+            Shade::Native => "yellow",
+            Shade::Stub => "tan",
+            Shade::Kernel => "orange",
+            Shade::Agent => "purple",
+            Shade::Thread => "grey",
+        };
+        format!("{} {colour}", self.name())
     }
 }
 
@@ -213,7 +229,7 @@ fn label<'a>(profile: &'a Profile, key: &str) -> Option<&'a str> {
 }
 
 /// `bench.Phases (pid 4242) on web-1`, from the profile's labels.
-fn title(profile: &Profile) -> String {
+pub(crate) fn title(profile: &Profile) -> String {
     let main = label(profile, "main").unwrap_or("JVM");
     let pid = label(profile, "pid").map_or(String::new(), |p| format!(" (pid {p})"));
     let host = label(profile, "host")
@@ -224,6 +240,18 @@ fn title(profile: &Profile) -> String {
 
 /// `CPU time · 10.0 s from 2026-11-25 02:11:07 UTC · 99 Hz · 1980 samples · C2 green, …`.
 fn subtitle(profile: &Profile) -> String {
+    let mut parts = description(profile);
+    let legend: Vec<String> = Shade::ALL
+        .iter()
+        .filter(|&&s| s != Shade::Thread)
+        .map(|s| s.legend())
+        .collect();
+    parts.push(legend.join(", "));
+    parts.join(" · ")
+}
+
+/// What the profile is: its clock, span, rate and samples (`CPU time`, `10.0 s from …`, …).
+pub(crate) fn description(profile: &Profile) -> Vec<String> {
     let mut parts = vec![match profile.clock {
         Clock::Cpu => "CPU time".to_string(),
         Clock::Wall => "wall-clock time".to_string(),
@@ -242,13 +270,7 @@ fn subtitle(profile: &Profile) -> String {
     }
     let samples: u64 = profile.samples.iter().map(|s| s.weight).sum();
     parts.push(format!("{samples} samples"));
-    let legend: Vec<&str> = Shade::ALL
-        .iter()
-        .filter(|&&s| s != Shade::Thread)
-        .map(|s| s.legend())
-        .collect();
-    parts.push(legend.join(", "));
-    parts.join(" · ")
+    parts
 }
 
 #[cfg(test)]

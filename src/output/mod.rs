@@ -4,9 +4,12 @@
 pub mod collapsed;
 mod file;
 pub mod flamegraph;
+pub mod html;
 pub mod iprof;
+pub mod jfr;
 pub mod pprof;
 pub mod raw;
+pub mod speedscope;
 mod spill;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -33,13 +36,20 @@ pub enum Format {
     /// jvmperf's own recording: every sample with its time and thread.
     #[value(name = "jvmperf", alias = "raw")]
     Raw,
+    /// JDK Flight Recorder, for JDK Mission Control and IntelliJ IDEA.
+    Jfr,
+    /// speedscope's JSON format: one sampled profile per thread, in time order.
+    Speedscope,
+    /// A self-contained page: flame graph, search, callers, top methods, timeline, threads.
+    Html,
 }
 
 pub struct OutputOptions {
     pub threads: bool,
 }
 
-const EXTENSIONS: &str = ".collapsed, .txt, .svg, .iprof, .pb.gz or .jvmperf";
+const EXTENSIONS: &str =
+    ".collapsed, .txt, .svg, .html, .iprof, .pb.gz, .speedscope.json, .jfr or .jvmperf";
 
 impl Format {
     pub fn from_path(path: &Path) -> Result<Self> {
@@ -47,11 +57,16 @@ impl Format {
         if name.ends_with(".pb.gz") {
             return Ok(Format::Pprof);
         }
+        if name.ends_with(".speedscope.json") {
+            return Ok(Format::Speedscope);
+        }
         match path.extension().and_then(|e| e.to_str()) {
             Some("collapsed") | Some("txt") => Ok(Format::Collapsed),
             Some("svg") => Ok(Format::Svg),
+            Some("html") | Some("htm") => Ok(Format::Html),
             Some("iprof") => Ok(Format::Iprof),
             Some("jvmperf") => Ok(Format::Raw),
+            Some("jfr") => Ok(Format::Jfr),
             _ => Err(Error::new(
                 ErrorKind::Usage,
                 format!(
@@ -69,17 +84,20 @@ impl Format {
             Format::Iprof => "iprof",
             Format::Pprof => "pprof",
             Format::Raw => "jvmperf recording",
+            Format::Jfr => "JFR recording",
+            Format::Speedscope => "speedscope profile",
+            Format::Html => "HTML page",
         }
     }
 
     /// Whether files of this format keep each sample's time.
     pub fn keeps_times(self) -> bool {
-        self == Format::Raw
+        matches!(self, Format::Raw | Format::Jfr)
     }
 
     /// Whether files of this format keep each sample's thread.
     pub fn keeps_threads(self) -> bool {
-        matches!(self, Format::Raw | Format::Pprof)
+        matches!(self, Format::Raw | Format::Pprof | Format::Jfr)
     }
 }
 
@@ -90,6 +108,9 @@ pub fn render(profile: &Profile, format: Format, opts: &OutputOptions) -> Result
         Format::Iprof => iprof::render(profile),
         Format::Pprof => pprof::render(profile),
         Format::Raw => raw::render(profile),
+        Format::Jfr => jfr::render(profile),
+        Format::Speedscope => speedscope::render(profile),
+        Format::Html => html::render(profile),
     }
 }
 
@@ -107,6 +128,9 @@ mod tests {
             ("a.iprof", Format::Iprof),
             ("dir.v2/a.pb.gz", Format::Pprof),
             ("a.jvmperf", Format::Raw),
+            ("a.jfr", Format::Jfr),
+            ("a.speedscope.json", Format::Speedscope),
+            ("a.html", Format::Html),
         ] {
             assert_eq!(
                 Format::from_path(Path::new(file)).unwrap(),
@@ -114,13 +138,18 @@ mod tests {
                 "{file}"
             );
         }
-        for bad in ["a.gz", "a.pb", "a", "a.png"] {
+        for bad in ["a.gz", "a.pb", "a", "a.png", "a.json"] {
             let e = Format::from_path(Path::new(bad)).unwrap_err();
-            assert!(e.message.contains(".pb.gz or .jvmperf"), "{}", e.message);
+            assert!(
+                e.message.contains(".speedscope.json, .jfr or .jvmperf"),
+                "{}",
+                e.message
+            );
         }
         use clap::ValueEnum;
         assert_eq!(Format::from_str("pprof", false), Ok(Format::Pprof));
         assert_eq!(Format::from_str("txt", false), Ok(Format::Collapsed));
+        assert_eq!(Format::from_str("jfr", false), Ok(Format::Jfr));
         assert!(Format::from_str("json", false).is_err());
     }
 }

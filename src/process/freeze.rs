@@ -148,10 +148,15 @@ fn regs_of(r: &libc::user_regs_struct) -> Regs {
     }
 }
 
-/// The stack from `sp` up, a page at a time, until `max` bytes or the first unreadable page.
-fn read_stack(mem: &ProcessMemory, sp: u64, max: usize) -> Vec<u8> {
+/// The stack from `sp` up: `max` bytes, or up to the first unreadable page.
+pub fn read_stack(mem: &ProcessMemory, sp: u64, max: usize) -> Vec<u8> {
     const PAGE: u64 = 4096;
-    let mut stack = Vec::with_capacity(max);
+    let mut stack = vec![0u8; max];
+    if mem.read(sp, &mut stack).is_ok() {
+        return stack;
+    }
+    // The stack's end is within `max` bytes: a page at a time up to it.
+    stack.clear();
     let mut at = sp;
     while stack.len() < max {
         let n = ((PAGE - at % PAGE) as usize).min(max - stack.len());

@@ -132,6 +132,17 @@ impl Frame {
         }
     }
 
+    /// The method a frame is counted under by `report` (and the HTML page's tables): its name,
+    /// `symbol [kernel]` for kernel code, `None` for the synthetic thread roots. Compiled, inlined
+    /// and interpreted frames of one method share it.
+    pub fn method_key(&self) -> Option<String> {
+        match self.kind {
+            FrameKind::Thread => None,
+            FrameKind::Kernel => Some(format!("{} [kernel]", self.name)),
+            _ => Some(self.name.clone()),
+        }
+    }
+
     /// (`package.Class`, `method`) of a Java frame's name; the class is empty when the name has
     /// no dot (a method of unknown identity).
     pub fn class_and_method(&self) -> (&str, &str) {

@@ -73,6 +73,20 @@ impl Stacks {
         (0..self.leaves.len() as StackId).map(|id| self.frames(id))
     }
 
+    /// Every node of the trie in id order as (parent, frame), a parent always before its
+    /// children; top-level nodes have no parent.
+    pub fn nodes(&self) -> impl ExactSizeIterator<Item = (Option<u32>, FrameId)> + '_ {
+        self.nodes
+            .iter()
+            .map(|&(parent, frame)| ((parent != ROOT).then_some(parent), frame))
+    }
+
+    /// The node stack `id` ends at (`None` for the empty stack); `id` must be known.
+    pub fn leaf_node(&self, id: StackId) -> Option<u32> {
+        let node = self.leaves[id as usize];
+        (node != ROOT).then_some(node)
+    }
+
     /// The id of the stack `root_to_leaf`, added if new.
     pub fn intern(&mut self, root_to_leaf: &[FrameId]) -> StackId {
         self.intern_within(root_to_leaf, usize::MAX, 0).0
@@ -187,6 +201,12 @@ mod tests {
         let all: Vec<Vec<FrameId>> = s.iter().collect();
         assert_eq!(all, vec![vec![1, 2, 3], vec![1, 2], vec![]]);
         assert_eq!(s.nodes.len(), 3, "[1, 2] is a prefix of [1, 2, 3]");
+        let nodes: Vec<_> = s.nodes().collect();
+        assert_eq!(nodes, [(None, 1), (Some(0), 2), (Some(1), 3)]);
+        assert_eq!(
+            (s.leaf_node(a), s.leaf_node(b), s.leaf_node(e)),
+            (Some(2), Some(1), None)
+        );
         for i in 0..1000u32 {
             assert_eq!(s.intern(&[1, 2, 7, i]), 3 + i);
         }

@@ -76,6 +76,24 @@ pub(super) fn switch_attr(cpu_clock: &sys::perf_event_attr) -> sys::perf_event_a
     attr
 }
 
+/// Attributes for per-CPU wall-clock mode's second event on a CPU: a sample with the user
+/// registers of every task that leaves the CPU (no stack copy: the stack is read from outside
+/// while the thread is off, see `engine::off_cpu_reads`), and `PERF_RECORD_SWITCH_CPU_WIDE`
+/// records for every switch, in a ring of its own. Its own ring, not the CPU clock's with an
+/// identifier to tell the samples apart: while another tool sampled context switches on the
+/// same CPUs, none of this event's samples in a shared ring were told apart by their identifier
+/// any more (Linux 6.18): the waits they began went uncounted.
+pub(super) fn cpu_switch_attr(cpu_clock: &sys::perf_event_attr) -> sys::perf_event_attr {
+    let mut attr = switch_attr(cpu_clock);
+    attr.sample_type =
+        u64::from(sys::PERF_SAMPLE_TID | sys::PERF_SAMPLE_TIME | sys::PERF_SAMPLE_REGS_USER);
+    attr.sample_stack_user = 0;
+    attr.set_exclude_callchain_user(0);
+    // FORK and EXIT records: a thread's last switch follows its exit, and is no wait.
+    attr.set_task(1);
+    attr
+}
+
 /// Whether the open failed for want of privilege.
 pub(super) fn denied(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM))

@@ -86,7 +86,10 @@ impl MappedEvent {
                 Some(record @ ParsedRecord::Sample(sample)) => {
                     if on_record(&record) {
                         stats.samples += 1;
-                        stats.switches += u64::from(sample.kind == SampleKind::SwitchOut);
+                        stats.switches += u64::from(matches!(
+                            sample.kind,
+                            SampleKind::SwitchOut | SampleKind::LeftCpu
+                        ));
                     }
                 }
                 Some(record) => {

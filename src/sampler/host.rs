@@ -213,7 +213,9 @@ impl Drop for SharedSource {
 fn route(queues: &mut HashMap<u32, Queue>, record: &ParsedRecord<'_>) -> bool {
     let pid = match record {
         ParsedRecord::Sample(s) => s.pid,
-        ParsedRecord::Comm { pid, .. } | ParsedRecord::SwitchIn { pid, .. } => *pid,
+        ParsedRecord::Comm { pid, .. }
+        | ParsedRecord::SwitchIn { pid, .. }
+        | ParsedRecord::Task { pid, .. } => *pid,
         _ => return false,
     };
     let Some(queue) = queues.get_mut(&pid) else {

@@ -174,6 +174,13 @@ pub enum ParsedRecord<'a> {
         tid: u32,
         time: u64,
     },
+    /// Per-CPU wall-clock mode: a thread was created or exited.
+    Task {
+        exit: bool,
+        pid: u32,
+        tid: u32,
+        time: u64,
+    },
     /// A thread took a name (per-CPU events: any process's thread).
     Comm {
         pid: u32,
@@ -209,6 +216,17 @@ pub fn parse_record<'a>(
         }
         Record::SwitchIn { pid, tid, time } => ParsedRecord::SwitchIn { pid, tid, time },
         Record::Comm { pid, tid, name } => ParsedRecord::Comm { pid, tid, name },
+        Record::Task {
+            exit,
+            pid,
+            tid,
+            time,
+        } => ParsedRecord::Task {
+            exit,
+            pid,
+            tid,
+            time,
+        },
         Record::Lost(n) => ParsedRecord::Lost(n),
         Record::Throttle => ParsedRecord::Throttle,
         Record::Unthrottle => ParsedRecord::Unthrottle,
@@ -333,17 +351,9 @@ impl Sampler {
                 Err(e) => Err(attr::open_error(&e, pid, config)),
             }
         };
-        match (config.sampling, config.wall) {
-            (Sampling::PerThread, _) => per_thread("--sampling per-thread".to_string()),
-            (Sampling::PerCpu, true) => err(
-                ErrorKind::Usage,
-                "--wall samples per thread (it follows each thread's context switches): drop \
-                 --sampling per-cpu",
-            ),
-            (Sampling::Auto, true) => {
-                per_thread("--wall follows each thread's context switches".to_string())
-            }
-            (kind, false) => {
+        match config.sampling {
+            Sampling::PerThread => per_thread("--sampling per-thread".to_string()),
+            kind => {
                 let cpu = per_cpu::online_cpus()?[0];
                 let mut attr = attr::event_attr(config);
                 attr.set_disabled(1);
@@ -539,7 +549,11 @@ impl Sampler {
             }
         }
         match &mut self.sampler {
-            Strategies::PerCpu(s, filter) => s.drain_all(&mut |r| filter.take(r, sink)),
+            Strategies::PerCpu(s, filter) => {
+                let until = s.ordered_until(crate::profile::monotonic_now_ns());
+                s.drain_all(&mut |r| filter.take(r, sink));
+                filter.release(until, sink);
+            }
             Strategies::PerThread(s) => s.drain_all(&self.hung_up, sink),
             Strategies::Shared(_) => {}
         }

@@ -6,22 +6,45 @@
 //! a thread is sampled from its first instruction. Samples of other processes are dropped as they
 //! are drained, before any walk. Thread names come with COMM records (`attr.comm`), so a thread
 //! that ended before the recording did is still named.
+//!
+//! Wall-clock mode adds a context-switch event per CPU, sampling the user registers (not the
+//! stack) of every task that leaves the CPU, with `PERF_RECORD_SWITCH_CPU_WIDE` records for
+//! every switch, into a ring of its own. Each ring is in time order, but not the rings
+//! together: a thread that leaves one CPU and comes back on another could be seen back before
+//! it left. The target's switches are therefore held until every ring has been drained past
+//! them, and handed out in time order ([`ProcessFilter::release`]).
 
 use super::attr;
 use super::budget::{self, RingPlan};
-use super::event::{switch_in, MappedEvent};
-use super::record::RecordLayout;
+use super::event::MappedEvent;
+use super::record::{RecordLayout, Regs, SampleKind};
 use super::ring::RingBuffer;
 use super::{ParsedRecord, Sample, SamplerConfig, SamplerStats};
 use crate::error::{Error, ErrorKind, Result};
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
 use perf_event_open_sys::bindings::perf_event_attr;
 use std::collections::{HashMap, HashSet};
+use std::os::fd::OwnedFd;
+
+/// How long after its time stamp a record may still be on its way into a ring: switches are
+/// handed out once the drain began at least this long after them. Only a thread that switched
+/// on two CPUs while they were being drained one after the other can be seen out of order
+/// otherwise, and a record is written microseconds after its time stamp is taken.
+const ORDER_MARGIN_NS: u64 = 100_000;
+
+/// Wall-clock mode: each CPU's switch ring, when the budget allows. A switch costs ~260 bytes
+/// there (a register sample, and the CPU-wide switch records out and in): 8 MiB hold ~0.5 s of a
+/// CPU switching 65,000 times a second, and a JVM of thousands of runnable threads can keep
+/// jvmperf off the CPUs for hundreds of milliseconds.
+const SWITCH_RING_BYTES: usize = 8 << 20;
 
 pub(super) struct CpuSampler {
     config: SamplerConfig,
     attr: perf_event_attr,
     cpus: Vec<MappedEvent>,
+    /// Wall-clock mode: each CPU's context-switch event and its ring.
+    switches: Vec<MappedEvent>,
+    enabled: bool,
     pub plan: RingPlan,
     /// Data pages of each CPU's ring, and what was wanted.
     pages: usize,
@@ -39,6 +62,26 @@ pub(super) struct ProcessFilter {
     sampled: HashSet<u32>,
     /// Names its threads took while sampled (COMM records).
     pub names: HashMap<u32, String>,
+    /// Wall-clock mode: its threads' switches drained and not yet handed out.
+    switches: Vec<Switch>,
+    /// Wall-clock mode: threads that exited (until their tid is given to a new thread): their
+    /// last switches, on the way out of the kernel's exit path, are no waits.
+    exited: HashSet<u32>,
+}
+
+/// What a thread of the target did at `time`.
+struct Switch {
+    time: u64,
+    tid: u32,
+    what: Switched,
+}
+
+#[derive(PartialEq)]
+enum Switched {
+    Left(Regs),
+    Back,
+    Created,
+    Exited,
 }
 
 impl ProcessFilter {
@@ -56,6 +99,14 @@ impl ProcessFilter {
     /// Hands `record` to `sink` if it is of this process (names are kept); whether a sample was.
     pub fn take(&mut self, record: &ParsedRecord<'_>, sink: &mut dyn FnMut(&Sample<'_>)) -> bool {
         match record {
+            ParsedRecord::Sample(s) if s.pid == self.pid && s.kind == SampleKind::LeftCpu => {
+                self.switches.push(Switch {
+                    time: s.time,
+                    tid: s.tid,
+                    what: Switched::Left(s.regs),
+                });
+                true
+            }
             ParsedRecord::Sample(s) if s.pid == self.pid => {
                 self.sampled.insert(s.tid);
                 sink(s);
@@ -67,10 +118,71 @@ impl ProcessFilter {
                 false
             }
             ParsedRecord::SwitchIn { pid, tid, time } if *pid == self.pid => {
-                sink(&switch_in(*pid, *tid, *time));
+                self.switches.push(Switch {
+                    time: *time,
+                    tid: *tid,
+                    what: Switched::Back,
+                });
+                false
+            }
+            ParsedRecord::Task {
+                exit,
+                pid,
+                tid,
+                time,
+            } if *pid == self.pid => {
+                self.switches.push(Switch {
+                    time: *time,
+                    tid: *tid,
+                    what: if *exit {
+                        Switched::Exited
+                    } else {
+                        Switched::Created
+                    },
+                });
                 false
             }
             _ => false,
+        }
+    }
+
+    /// Hands the switches held with a time before `until` to `sink`, in time order (at one
+    /// instant a thread's switch out before its switch in), and the exits of threads; the
+    /// switches of a thread between its exit and the end are dropped.
+    pub fn release(&mut self, until: u64, sink: &mut dyn FnMut(&Sample<'_>)) {
+        if self.switches.is_empty() {
+            return;
+        }
+        self.switches
+            .sort_by_key(|s| (s.time, !matches!(s.what, Switched::Left(_))));
+        let ready = self.switches.partition_point(|s| s.time < until);
+        for s in self.switches.drain(..ready) {
+            let kind = match s.what {
+                Switched::Created => {
+                    self.exited.remove(&s.tid);
+                    continue;
+                }
+                Switched::Exited => {
+                    self.exited.insert(s.tid);
+                    SampleKind::Exited
+                }
+                _ if self.exited.contains(&s.tid) => continue,
+                Switched::Left(_) => SampleKind::LeftCpu,
+                Switched::Back => SampleKind::SwitchIn,
+            };
+            sink(&Sample {
+                kind,
+                pid: self.pid,
+                tid: s.tid,
+                time: s.time,
+                regs: match s.what {
+                    Switched::Left(regs) => regs,
+                    _ => Regs::default(),
+                },
+                stack: &[],
+                kernel_ips: &[],
+                in_kernel: kind == SampleKind::LeftCpu,
+            });
         }
     }
 }
@@ -85,44 +197,40 @@ impl CpuSampler {
         let mut pages = plan.pages_per_cpu(cpus.len(), budget::available(&plan.budget));
         let mut attr = attr::event_attr(config);
         attr.sample_period = config.period_ns();
+        // One event per ring: no identifier to tell events apart (see `attr::cpu_switch_attr`).
+        attr.sample_type &= !u64::from(perf_event_open_sys::bindings::PERF_SAMPLE_IDENTIFIER);
         attr.set_comm(1);
+        let mut switch_attr = config.wall.then(|| attr::cpu_switch_attr(&attr));
+        let mut switch_pages = SWITCH_RING_BYTES / plan.page_size;
         let mut events = Vec::with_capacity(cpus.len());
-        for (i, &cpu) in cpus.iter().enumerate() {
-            let (fd, ring) = loop {
-                let opened = attr::open(&mut attr, pages * plan.page_size / 4, -1, cpu as i32);
-                let fd = match opened {
-                    Ok(Some(fd)) => fd,
-                    Ok(None) => return Err(offline(cpu)),
-                    Err(e) => return Err(attr::cpu_open_error(&e, cpu, config)),
-                };
-                match RingBuffer::map(&fd, pages) {
-                    Ok(ring) => break (fd, ring),
-                    Err(e)
-                        if pages > plan.min_pages
-                            && matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOMEM)) =>
-                    {
-                        pages /= 2;
-                    }
-                    Err(e) => {
-                        let bytes = pages * plan.page_size;
-                        return Err(attr::mmap_error(&e, &format!("CPU {cpu}"), bytes));
-                    }
-                }
-            };
-            plan.mapped(pages, wanted, true);
-            epoll
-                .add(&fd, EpollEvent::new(EpollFlags::EPOLLIN, i as u64))
-                .map_err(|e| Error::new(ErrorKind::Internal, format!("epoll_ctl: {e}")))?;
+        let mut switches = Vec::new();
+        for &cpu in &cpus {
             let layout = RecordLayout {
                 kernel_callchain: config.kernel_callchain,
                 switch_event: None,
+                switch_ring: false,
             };
+            let (fd, ring) = open_mapped(&mut attr, cpu, &mut pages, plan.min_pages, config)?;
+            plan.mapped(pages, wanted, true);
+            watch(&epoll, &fd, events.len() + switches.len())?;
             events.push(MappedEvent::new(fd, ring, pages, layout));
+            if let Some(switch_attr) = switch_attr.as_mut() {
+                let layout = RecordLayout {
+                    switch_ring: true,
+                    ..layout
+                };
+                let min = plan.min_pages;
+                let (fd, ring) = open_mapped(switch_attr, cpu, &mut switch_pages, min, config)?;
+                watch(&epoll, &fd, events.len() + switches.len())?;
+                switches.push(MappedEvent::new(fd, ring, switch_pages, layout));
+            }
         }
         Ok(CpuSampler {
             config: config.clone(),
             attr,
             cpus: events,
+            switches,
+            enabled: true,
             plan,
             pages,
             epoll,
@@ -150,7 +258,7 @@ impl CpuSampler {
             kernel_ips,
             ..
         } = self;
-        for event in cpus.iter_mut() {
+        for event in cpus.iter_mut().chain(self.switches.iter_mut()) {
             let drained = event.drain(scratch, kernel_ips, stats, on_record);
             stats.lost += drained.lost;
         }
@@ -170,14 +278,24 @@ impl CpuSampler {
     }
 
     pub fn set_enabled(&mut self, enabled: bool) {
-        for event in &self.cpus {
+        self.enabled = enabled;
+        for event in self.cpus.iter().chain(&self.switches) {
             let _ = attr::set_enabled(&event.fd, enabled);
         }
         if !enabled {
             let counts_lost = attr::counts_lost(&self.attr);
-            for event in &mut self.cpus {
+            for event in self.cpus.iter_mut().chain(self.switches.iter_mut()) {
                 self.stats.lost += event.unreported_lost(counts_lost, None);
             }
+        }
+    }
+
+    /// Switches before this time can be handed out once every ring was drained (see
+    /// [`ProcessFilter::release`]); after the events were disabled, all of them.
+    pub fn ordered_until(&self, drain_started: u64) -> u64 {
+        match self.enabled {
+            true => drain_started.saturating_sub(ORDER_MARGIN_NS),
+            false => u64::MAX,
         }
     }
 
@@ -202,6 +320,44 @@ impl CpuSampler {
             self.plan.budget.source,
         ))
     }
+}
+
+/// Opens `attr`'s event on CPU `cpu`, enabled, and maps its ring of `pages` data pages, halved
+/// while the kernel refuses them down to `min_pages`.
+fn open_mapped(
+    attr: &mut perf_event_attr,
+    cpu: u32,
+    pages: &mut usize,
+    min_pages: usize,
+    config: &SamplerConfig,
+) -> Result<(OwnedFd, RingBuffer)> {
+    let page_size = super::ring::page_size();
+    loop {
+        let fd = match attr::open(attr, *pages * page_size / 4, -1, cpu as i32) {
+            Ok(Some(fd)) => fd,
+            Ok(None) => return Err(offline(cpu)),
+            Err(e) => return Err(attr::cpu_open_error(&e, cpu, config)),
+        };
+        match RingBuffer::map(&fd, *pages) {
+            Ok(ring) => return Ok((fd, ring)),
+            Err(e)
+                if *pages > min_pages
+                    && matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOMEM)) =>
+            {
+                *pages /= 2;
+            }
+            Err(e) => {
+                let bytes = *pages * page_size;
+                return Err(attr::mmap_error(&e, &format!("CPU {cpu}"), bytes));
+            }
+        }
+    }
+}
+
+fn watch(epoll: &Epoll, fd: &OwnedFd, index: usize) -> Result<()> {
+    epoll
+        .add(fd, EpollEvent::new(EpollFlags::EPOLLIN, index as u64))
+        .map_err(|e| Error::new(ErrorKind::Internal, format!("epoll_ctl: {e}")))
 }
 
 /// The online CPUs (`/sys/devices/system/cpu/online`: ranges such as `0-3,6`).
@@ -250,6 +406,74 @@ fn offline(cpu: u32) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn left(tid: u32, time: u64) -> Sample<'static> {
+        Sample {
+            kind: SampleKind::LeftCpu,
+            pid: 9,
+            tid,
+            time,
+            regs: Regs::default(),
+            stack: &[],
+            kernel_ips: &[],
+            in_kernel: true,
+        }
+    }
+
+    #[test]
+    fn switches_drained_from_several_rings_go_out_in_time_order() {
+        let mut filter = ProcessFilter::new(9);
+        let mut sink_none = |_: &Sample<'_>| {};
+        // CPU 0's ring first: thread 1 back at 30; then CPU 1's: it left at 20. Another
+        // process's switch, and one of ours too recent to hand out yet.
+        filter.take(
+            &ParsedRecord::SwitchIn {
+                pid: 9,
+                tid: 1,
+                time: 30,
+            },
+            &mut sink_none,
+        );
+        filter.take(&ParsedRecord::Sample(left(1, 20)), &mut sink_none);
+        filter.take(
+            &ParsedRecord::Sample(Sample {
+                pid: 8,
+                ..left(2, 10)
+            }),
+            &mut sink_none,
+        );
+        filter.take(&ParsedRecord::Sample(left(3, 50)), &mut sink_none);
+        let mut out = Vec::new();
+        filter.release(40, &mut |s| out.push((s.kind, s.tid, s.time)));
+        assert_eq!(
+            out,
+            [(SampleKind::LeftCpu, 1, 20), (SampleKind::SwitchIn, 1, 30)]
+        );
+        out.clear();
+        filter.release(u64::MAX, &mut |s| out.push((s.kind, s.tid, s.time)));
+        assert_eq!(out, [(SampleKind::LeftCpu, 3, 50)]);
+    }
+
+    #[test]
+    fn a_thread_that_exited_leaves_no_wait_until_its_tid_is_reused() {
+        let mut filter = ProcessFilter::new(9);
+        let mut none = |_: &Sample<'_>| {};
+        let task = |exit, time| ParsedRecord::Task {
+            exit,
+            pid: 9,
+            tid: 4,
+            time,
+        };
+        filter.take(&task(true, 10), &mut none);
+        // Its last switch, on the way out of the kernel's exit path.
+        filter.take(&ParsedRecord::Sample(left(4, 12)), &mut none);
+        // A new thread given the same tid.
+        filter.take(&task(false, 20), &mut none);
+        filter.take(&ParsedRecord::Sample(left(4, 25)), &mut none);
+        let mut out = Vec::new();
+        filter.release(u64::MAX, &mut |s| out.push((s.kind, s.time)));
+        assert_eq!(out, [(SampleKind::Exited, 10), (SampleKind::LeftCpu, 25)]);
+    }
 
     #[test]
     fn cpu_lists_as_sysfs_writes_them() {

@@ -305,6 +305,7 @@ impl ThreadSampler {
         let layout = RecordLayout {
             kernel_callchain: self.config.kernel_callchain,
             switch_event: switch.as_ref().map(|(_, id)| *id),
+            switch_ring: false,
         };
         self.plan.mapped(pages, wanted, busy);
         self.epoll

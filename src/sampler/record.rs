@@ -66,6 +66,10 @@ pub struct RecordLayout {
     /// `PERF_RECORD_SWITCH` records, and every record carries `PERF_SAMPLE_IDENTIFIER`; samples
     /// with this id are the switch event's.
     pub switch_event: Option<u64>,
+    /// Per-CPU wall-clock mode's switch ring: every sample is a thread leaving the CPU, with
+    /// its registers only (no identifier, stack copy or callchain: the stack is read from
+    /// outside while the thread is off), beside `PERF_RECORD_SWITCH_CPU_WIDE` records.
+    pub switch_ring: bool,
 }
 
 /// Why a sample was taken.
@@ -77,8 +81,13 @@ pub enum SampleKind {
     /// The thread left the CPU (blocked or preempted) with this stack; it stays off until its
     /// next [`SampleKind::SwitchIn`].
     SwitchOut,
+    /// The thread left the CPU with these registers; its stack was not copied (per-CPU
+    /// wall-clock mode) and is still there, unchanged, until its next [`SampleKind::SwitchIn`].
+    LeftCpu,
     /// Not a sample: the thread went back on a CPU at `time` (no registers, no stack).
     SwitchIn,
+    /// Not a sample: the thread exited at `time` (per-CPU wall-clock mode).
+    Exited,
 }
 
 /// One sample, borrowing from the ring buffer (or from a scratch copy when it wrapped around).
@@ -114,6 +123,14 @@ pub(super) enum Record<'a> {
         tid: u32,
         time: u64,
     },
+    /// A thread was created (`exit` false) or exited (`PERF_RECORD_FORK`/`PERF_RECORD_EXIT`,
+    /// per-CPU wall-clock mode's switch ring only).
+    Task {
+        exit: bool,
+        pid: u32,
+        tid: u32,
+        time: u64,
+    },
     /// A thread took a name: `name` without its NUL padding.
     Comm {
         pid: u32,
@@ -140,16 +157,37 @@ pub(super) fn parse(record: &[u8], layout: RecordLayout) -> Option<Record<'_>> {
             let cpumode = u32::from(misc) & sys::PERF_RECORD_MISC_CPUMODE_MASK;
             parse_sample(cur, layout, cpumode == sys::PERF_RECORD_MISC_KERNEL)
         }
-        sys::PERF_RECORD_SWITCH if layout.switch_event.is_some() => {
+        sys::PERF_RECORD_SWITCH | sys::PERF_RECORD_SWITCH_CPU_WIDE
+            if layout.switch_event.is_some() || layout.switch_ring =>
+        {
             if u32::from(misc) & sys::PERF_RECORD_MISC_SWITCH_OUT != 0 {
-                // The switch-out sample says the same, with the stack.
+                // The switch-out sample says the same, with the registers.
                 return Some(Record::Other);
             }
-            // The sample_id trailer (sample_id_all): TID, TIME, IDENTIFIER.
+            if kind == sys::PERF_RECORD_SWITCH_CPU_WIDE {
+                // next_prev_pid, next_prev_tid: the task that left; the trailer is the one that
+                // came (include/uapi/linux/perf_event.h).
+                cur.u64()?;
+            }
+            // The sample_id trailer (sample_id_all): TID, TIME, [IDENTIFIER].
             let pid = cur.u32()?;
             let tid = cur.u32()?;
             let time = cur.u64()?;
             Some(Record::SwitchIn { pid, tid, time })
+        }
+        sys::PERF_RECORD_FORK | sys::PERF_RECORD_EXIT if layout.switch_ring => {
+            // pid, ppid, tid, ptid, time (include/uapi/linux/perf_event.h).
+            let pid = cur.u32()?;
+            let _ppid = cur.u32()?;
+            let tid = cur.u32()?;
+            let _ptid = cur.u32()?;
+            let time = cur.u64()?;
+            Some(Record::Task {
+                exit: kind == sys::PERF_RECORD_EXIT,
+                pid,
+                tid,
+                time,
+            })
         }
         sys::PERF_RECORD_COMM => {
             let pid = cur.u32()?;
@@ -175,13 +213,15 @@ pub(super) fn parse(record: &[u8], layout: RecordLayout) -> Option<Record<'_>> {
 
 fn parse_sample(mut cur: Cursor<'_>, layout: RecordLayout, in_kernel: bool) -> Option<Record<'_>> {
     let kind = match layout.switch_event {
+        _ if layout.switch_ring => SampleKind::LeftCpu,
         Some(switch) if cur.u64()? == switch => SampleKind::SwitchOut,
         _ => SampleKind::OnCpu,
     };
+    let regs_only = kind == SampleKind::LeftCpu;
     let pid = cur.u32()?;
     let tid = cur.u32()?;
     let time = cur.u64()?;
-    let callchain = if layout.kernel_callchain {
+    let callchain = if layout.kernel_callchain && !regs_only {
         let n = usize::try_from(cur.u64()?).ok()?;
         cur.bytes(n.checked_mul(8)?)?
     } else {
@@ -198,7 +238,10 @@ fn parse_sample(mut cur: Cursor<'_>, layout: RecordLayout, in_kernel: bool) -> O
         Regs::from_values(abi, values)
     };
     // STACK_USER: u64 size, size bytes, then u64 dyn_size only when size != 0.
-    let size = usize::try_from(cur.u64()?).ok()?;
+    let size = match regs_only {
+        true => 0,
+        false => usize::try_from(cur.u64()?).ok()?,
+    };
     let stack = if size == 0 {
         &[]
     } else {
@@ -321,6 +364,7 @@ pub(super) mod tests {
         RecordLayout {
             kernel_callchain,
             switch_event: None,
+            switch_ring: false,
         }
     }
 
@@ -430,11 +474,27 @@ pub(super) mod tests {
         assert!(parse(&[1, 2, 3], layout(false)).is_none());
     }
 
+    /// `switch(misc)` is a switch record of thread 8 of process 7 at 123: the switch in reads as
+    /// such, the switch out (said by its sample) as nothing.
+    fn assert_switch_records(switch: &dyn Fn(u32) -> Vec<u8>, layout: RecordLayout) {
+        assert!(matches!(
+            parse(&switch(0), layout),
+            Some(Record::SwitchIn {
+                pid: 7,
+                tid: 8,
+                time: 123
+            })
+        ));
+        let out = switch(sys::PERF_RECORD_MISC_SWITCH_OUT);
+        assert!(matches!(parse(&out, layout), Some(Record::Other)));
+    }
+
     #[test]
     fn wall_mode_tells_switch_samples_and_switch_ins_apart() {
         let wall = RecordLayout {
             kernel_callchain: false,
             switch_event: Some(77),
+            switch_ring: false,
         };
         let with_id = |id: u64| {
             let mut rec = sample_record(&[], &[0; 8], 8);
@@ -463,16 +523,7 @@ pub(super) mod tests {
             rec[4..6].copy_from_slice(&(misc as u16).to_ne_bytes());
             rec
         };
-        assert!(matches!(
-            parse(&switch(0), wall),
-            Some(Record::SwitchIn {
-                pid: 7,
-                tid: 8,
-                time: 123
-            })
-        ));
-        let out = switch(sys::PERF_RECORD_MISC_SWITCH_OUT);
-        assert!(matches!(parse(&out, wall), Some(Record::Other)));
+        assert_switch_records(&switch, wall);
         // Cut short: malformed, not a panic.
         let mut short = switch(0)[..16].to_vec();
         short[6..8].copy_from_slice(&16u16.to_ne_bytes());
@@ -482,5 +533,65 @@ pub(super) mod tests {
             parse(&switch(0), layout(false)),
             Some(Record::Other)
         ));
+    }
+
+    #[test]
+    fn per_cpu_wall_mode_reads_register_only_switch_samples_and_cpu_wide_switches() {
+        let wall = RecordLayout {
+            kernel_callchain: true,
+            switch_event: None,
+            switch_ring: true,
+        };
+        // TID, TIME, REGS_USER: no identifier, callchain or stack.
+        let mut b = RecordBuilder::default().u32(7).u32(8).u64(99).u64(2);
+        for r in 1..=REG_COUNT as u64 {
+            b = b.u64(r);
+        }
+        let left = b.finish(sys::PERF_RECORD_SAMPLE);
+        match parse(&left, wall) {
+            Some(Record::Sample { sample, callchain }) => {
+                assert_eq!(sample.kind, SampleKind::LeftCpu);
+                assert_eq!((sample.tid, sample.time, sample.regs.sp), (8, 99, 8));
+                assert!(sample.stack.is_empty() && callchain.is_empty());
+            }
+            other => panic!("expected a sample, got {other:?}"),
+        }
+        // A record one field short is malformed.
+        let mut short = left[..left.len() - 8].to_vec();
+        short[6..8].copy_from_slice(&((left.len() - 8) as u16).to_ne_bytes());
+        assert!(parse(&short, wall).is_none());
+        // next_prev pid/tid (the task that left), then the trailer of the one that came.
+        let switch = |misc: u32| {
+            let mut rec = RecordBuilder::default()
+                .u32(5)
+                .u32(6)
+                .u32(7)
+                .u32(8)
+                .u64(123)
+                .finish(sys::PERF_RECORD_SWITCH_CPU_WIDE);
+            rec[4..6].copy_from_slice(&(misc as u16).to_ne_bytes());
+            rec
+        };
+        assert_switch_records(&switch, wall);
+        let exit = RecordBuilder::default()
+            .u32(7)
+            .u32(1)
+            .u32(8)
+            .u32(7)
+            .u64(456)
+            .u32(7)
+            .u32(8)
+            .u64(456)
+            .finish(sys::PERF_RECORD_EXIT);
+        assert!(matches!(
+            parse(&exit, wall),
+            Some(Record::Task {
+                exit: true,
+                pid: 7,
+                tid: 8,
+                time: 456
+            })
+        ));
+        assert!(parse(&exit[..exit.len() - 24], wall).is_none());
     }
 }

@@ -15,8 +15,8 @@ use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt,
 use std::path::{Path, PathBuf};
 
 /// The shim library to place and its file name: the embedded one, or the file `JVMPERF_SHIM_LIBRARY`
-/// names — a build of the same sources instrumented with sanitizers, for tests — under a name of its
-/// own, so no JVM that loaded the embedded one is handed it.
+/// names — a build of the same sources for tests (instrumented with sanitizers, or with a small
+/// queue) — under a name of its own, so no JVM that loaded the embedded one is handed it.
 fn shim_library() -> Result<(std::borrow::Cow<'static, [u8]>, String)> {
     let Some(path) = std::env::var_os("JVMPERF_SHIM_LIBRARY") else {
         return Ok((SHIM_SO.into(), format!("libjvmperf-shim-{SHIM_VERSION}.so")));

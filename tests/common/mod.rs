@@ -326,3 +326,19 @@ impl Drop for Scratch {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Runs jvmperf with `args` and fails the test unless it succeeds.
+pub fn ok(args: &[&str]) -> Output {
+    let res = run_jvmperf(args);
+    assert!(
+        res.status.success(),
+        "jvmperf {args:?} failed: {}",
+        stderr_of(&res)
+    );
+    res
+}
+
+/// A path as the `&str` an argument list takes.
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}

@@ -32,6 +32,10 @@ pub struct Tomcat {
     pub pid: u32,
     pub port: u16,
     base: PathBuf,
+    /// The session every wrk request belongs to. A JSP opens a session for a request without
+    /// one, and wrk keeps no cookies: ~15,000 new sessions a second, each kept 30 minutes, filled
+    /// the heap within minutes and the request rate fell to nothing.
+    session: Option<String>,
 }
 
 /// A port on 127.0.0.1 that nothing listens on right now.
@@ -100,11 +104,12 @@ impl Tomcat {
             .map_err(|e| io("catalina.sh run", e))?;
         // `catalina.sh run` execs java, so the child is the JVM.
         let pid = child.id();
-        let tomcat = Tomcat {
+        let mut tomcat = Tomcat {
             child,
             pid,
             port,
             base,
+            session: None,
         };
         let deadline = Instant::now() + Duration::from_secs(120);
         for page in PAGES {
@@ -124,7 +129,43 @@ impl Tomcat {
                 }
             }
         }
+        tomcat.session = Some(
+            tomcat
+                .session_id(PAGES[0])
+                .map_err(|e| format!("Tomcat's session cookie: {e}"))?,
+        );
         Ok(tomcat)
+    }
+
+    /// The `JSESSIONID` that a `GET` of `path` (a JSP) opens.
+    fn session_id(&self, path: &str) -> std::io::Result<String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response)?;
+        let text = String::from_utf8_lossy(&response);
+        let head = text.split("\r\n\r\n").next().unwrap_or_default();
+        head.lines()
+            .filter_map(|l| l.split_once(':'))
+            .filter(|(name, _)| name.eq_ignore_ascii_case("set-cookie"))
+            .find_map(|(_, v)| v.trim().strip_prefix("JSESSIONID="))
+            .and_then(|v| v.split(';').next())
+            .map(str::to_string)
+            .ok_or_else(|| std::io::Error::other(format!("no JSESSIONID cookie in: {head}")))
+    }
+
+    /// Pins every thread of the JVM (and those it starts later) to CPU `cpu`.
+    pub fn pin(&self, cpu: &str) -> Result<(), String> {
+        let status = Command::new("taskset")
+            .args(["-a", "-p", "-c", cpu, &self.pid.to_string()])
+            .stdout(Stdio::null())
+            .status()
+            .map_err(|e| format!("taskset: {e}"))?;
+        status
+            .success()
+            .then_some(())
+            .ok_or_else(|| format!("taskset -a -p -c {cpu} {} failed", self.pid))
     }
 
     fn alive(&self) -> bool {
@@ -148,32 +189,43 @@ impl Tomcat {
     }
 
     /// `wrk` requesting [`PAGES`] in turn for `seconds` over `connections` connections (one wrk
-    /// thread); its report on stdout.
-    pub fn wrk(&self, seconds: u64, connections: u32) -> Result<Child, String> {
+    /// thread, on CPU `cpu` if given), all in one session; its report on stdout.
+    pub fn wrk(&self, seconds: u64, connections: u32, cpu: Option<&str>) -> Result<Child, String> {
         let script = self.base.join("pages.lua");
         let paths: Vec<String> = PAGES.iter().map(|p| format!("{p:?}")).collect();
+        let cookie = match &self.session {
+            Some(id) => format!("wrk.headers[\"Cookie\"] = \"JSESSIONID={id}\"\n"),
+            None => String::new(),
+        };
         std::fs::write(
             &script,
             format!(
-                "local paths = {{{}}}\nlocal i = 0\nrequest = function()\n  i = i % #paths + 1\n  return wrk.format(\"GET\", paths[i])\nend\n",
+                "{cookie}local paths = {{{}}}\nlocal i = 0\nrequest = function()\n  i = i % #paths + 1\n  return wrk.format(\"GET\", paths[i])\nend\n",
                 paths.join(", ")
             ),
         )
         .map_err(|e| format!("wrk script: {e}"))?;
-        Command::new("wrk")
-            .args([
-                "-t1",
-                &format!("-c{connections}"),
-                &format!("-d{seconds}s"),
-                "-s",
-            ])
-            .arg(&script)
-            .arg(format!("http://127.0.0.1:{}/", self.port))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("wrk (apt-get install wrk): {e}"))
+        let mut cmd = match cpu {
+            Some(cpu) => {
+                let mut cmd = Command::new("taskset");
+                cmd.args(["-c", cpu, "wrk"]);
+                cmd
+            }
+            None => Command::new("wrk"),
+        };
+        cmd.args([
+            "-t1",
+            &format!("-c{connections}"),
+            &format!("-d{seconds}s"),
+            "-s",
+        ])
+        .arg(&script)
+        .arg(format!("http://127.0.0.1:{}/", self.port))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("wrk (apt-get install wrk): {e}"))
     }
 }
 

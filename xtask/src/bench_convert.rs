@@ -1,12 +1,17 @@
 //! `cargo xtask bench convert`: record `bench.Phases` with 2 worker threads at 1 kHz for 60 s into
 //! a `.jvmperf` file (about 120k samples), then time `jvmperf convert` from it to every output
 //! format. Goal: at most 1 s per format (release build, the whole process: read, convert, write).
+//! Then reads an hour of JFR: the `.jfr` it wrote, one chunk, repeated to an hour (a JFR file is a
+//! sequence of self-contained chunks; the JDK starts a new one every few MB), converted to
+//! collapsed stacks, with the converter's peak RSS (goal: seconds, and memory that follows the
+//! distinct stacks, not the file).
 //!
 //! Options: `--seconds N` (recording length, default 60), `--recording FILE` (time an existing
 //! recording instead of making one), `--runs N` (timed runs per format, default 3).
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -15,7 +20,16 @@ use crate::bench_jvm::{self, BenchJvm};
 use crate::paths;
 
 const GOAL_SECONDS: f64 = 1.0;
-const OUTPUTS: [&str; 5] = ["collapsed", "svg", "iprof", "pb.gz", "jvmperf"];
+const OUTPUTS: [&str; 8] = [
+    "collapsed",
+    "svg",
+    "html",
+    "iprof",
+    "pb.gz",
+    "speedscope.json",
+    "jfr",
+    "jvmperf",
+];
 
 struct Args {
     seconds: u32,
@@ -78,7 +92,7 @@ fn record(jvmperf: &std::path::Path, seconds: u32, out: &std::path::Path) -> Res
 }
 
 /// Wall time of one `jvmperf convert`, and the sample count it reports.
-fn convert(
+pub fn convert(
     jvmperf: &std::path::Path,
     input: &std::path::Path,
     out: &std::path::Path,
@@ -102,6 +116,52 @@ fn convert(
         .and_then(|n| n.parse().ok())
         .with_context(|| format!("no sample count in {err:?}"))?;
     Ok((elapsed, samples))
+}
+
+/// Convert an hour of JFR (`chunk`, `seconds` long, repeated) to collapsed stacks: prints the
+/// wall time and the converter's peak RSS.
+fn read_an_hour_of_jfr(jvmperf: &Path, chunk: &Path, seconds: u32, dir: &Path) -> Result<()> {
+    let bytes = std::fs::read(chunk).with_context(|| format!("reading {}", chunk.display()))?;
+    let copies = (3600 / seconds.max(1)).max(1);
+    let hour = dir.join("hour.jfr");
+    let mut f = std::fs::File::create(&hour).context("creating hour.jfr")?;
+    for _ in 0..copies {
+        f.write_all(&bytes).context("writing hour.jfr")?;
+    }
+    drop(f);
+    let size = copies as f64 * bytes.len() as f64 / 1e6;
+    let t = Instant::now();
+    let mut child = Command::new(jvmperf)
+        .arg("convert")
+        .arg(&hour)
+        .arg("-o")
+        .arg(dir.join("hour.collapsed"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("running jvmperf convert")?;
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        e.read_to_string(&mut err).context("reading its stderr")?;
+    }
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 only writes the structs it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, which `child` never waits for itself.
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    let elapsed = t.elapsed().as_secs_f64();
+    if pid < 0 || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        bail!("jvmperf convert of an hour of JFR failed: {err}");
+    }
+    let samples = err
+        .split_once("jvmperf: ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .unwrap_or("?");
+    println!(
+        "convert: an hour of JFR ({copies} chunks, {size:.1} MB, {samples} samples) -> .collapsed: {elapsed:.3} s, peak RSS {:.1} MB",
+        usage.ru_maxrss as f64 / 1024.0
+    );
+    let _ = std::fs::remove_file(&hour);
+    Ok(())
 }
 
 pub fn main(args: &[String]) -> Result<()> {
@@ -152,6 +212,7 @@ pub fn main(args: &[String]) -> Result<()> {
             over.push(ext);
         }
     }
+    read_an_hour_of_jfr(&jvmperf, &dir.join("converted.jfr"), args.seconds, &dir)?;
     let _ = std::fs::remove_file(dir.join("converted.jvmperf"));
     if !over.is_empty() {
         bail!(

@@ -16,7 +16,8 @@
 //! Profilers: jvmperf record at 19 and 99 Hz (per CPU where allowed, the default), `jvmperf
 //! daemon -F 19`, jvmperf record `--sampling per-thread` at 19 Hz, `perf record -p` (per-thread
 //! events) and `perf record -a` (per-CPU events) at 19 Hz, and async-profiler `-e cpu` and `-e
-//! itimer` at 19 Hz when `ASPROF` names its `asprof` binary.
+//! itimer` at 19 Hz when `ASPROF` names its `asprof` binary. With `--wall`: jvmperf record
+//! `--wall` at 99 Hz per CPU and per thread, with the records each lost.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -44,6 +45,7 @@ enum Profiler {
     Record {
         hz: u64,
         per_thread: bool,
+        wall: bool,
     },
     Daemon {
         hz: u64,
@@ -62,8 +64,13 @@ enum Profiler {
 impl Profiler {
     fn name(&self) -> String {
         match self {
-            Profiler::Record { hz, per_thread } => format!(
-                "jvmperf record -F {hz}{}",
+            Profiler::Record {
+                hz,
+                per_thread,
+                wall,
+            } => format!(
+                "jvmperf record -F {hz}{}{}",
+                if *wall { " --wall" } else { "" },
                 if *per_thread {
                     " --sampling per-thread"
                 } else {
@@ -79,21 +86,27 @@ impl Profiler {
         }
     }
 
-    fn all(asprof: Option<PathBuf>) -> Vec<Profiler> {
+    fn all(asprof: Option<PathBuf>, wall: bool) -> Vec<Profiler> {
+        if wall {
+            return [false, true]
+                .into_iter()
+                .map(|per_thread| Profiler::Record {
+                    hz: 99,
+                    per_thread,
+                    wall,
+                })
+                .collect();
+        }
+        let record = |hz, per_thread| Profiler::Record {
+            hz,
+            per_thread,
+            wall,
+        };
         let mut all = vec![
-            Profiler::Record {
-                hz: 19,
-                per_thread: false,
-            },
-            Profiler::Record {
-                hz: 99,
-                per_thread: false,
-            },
+            record(19, false),
+            record(99, false),
             Profiler::Daemon { hz: 19 },
-            Profiler::Record {
-                hz: 19,
-                per_thread: true,
-            },
+            record(19, true),
             Profiler::Perf {
                 hz: 19,
                 all_cpus: false,
@@ -174,20 +187,29 @@ fn pin_threads(pid: u32, cpu: usize) -> Result<()> {
     Ok(())
 }
 
-/// Runs `p` once; returns its steady sampling span, and for jvmperf record what its agent's thread
-/// callbacks cost.
-fn run(
-    t: &mut Target,
-    p: &Profiler,
-    jvmperf: &Path,
-    dir: &Path,
-) -> Result<(Span, Option<ThreadEvents>)> {
+/// Records jvmperf record's summary says it lost.
+fn lost_records(err: &str) -> Option<u64> {
+    let line = err.lines().find(|l| l.contains(" samples in "))?;
+    let before = line.split(" lost").next()?;
+    before
+        .rsplit(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Runs `p` once; returns its steady sampling span, and for jvmperf record its stderr.
+fn run(t: &mut Target, p: &Profiler, jvmperf: &Path, dir: &Path) -> Result<(Span, Option<String>)> {
     let pid = t.jvm.pid().to_string();
     let window = WINDOW_SECS.to_string();
     let start = monotonic_ns();
     // Each arm: the command, and how long after its spawn it samples (start-up).
     let (mut cmd, startup) = match p {
-        Profiler::Record { hz, per_thread } => {
+        Profiler::Record {
+            hz,
+            per_thread,
+            wall,
+        } => {
             let mut cmd = pinned(jvmperf);
             cmd.args(["record", "-p", &pid, "-d", &window, "-F", &hz.to_string()])
                 .args(["--status-every", "1"])
@@ -196,6 +218,9 @@ fn run(
             if *per_thread {
                 cmd.args(["--sampling", "per-thread"]);
             }
+            if *wall {
+                cmd.arg("--wall");
+            }
             let child = cmd.spawn().context("starting jvmperf record")?;
             let err = finish(
                 t,
@@ -203,7 +228,7 @@ fn run(
                 "jvmperf record",
                 Duration::from_secs(WINDOW_SECS + 120),
             )?;
-            return Ok((record_span(&err)?, shim_thread_events(&err)));
+            return Ok((record_span(&err)?, Some(err)));
         }
         Profiler::Daemon { hz } => {
             let mut cmd = pinned(jvmperf);
@@ -278,13 +303,15 @@ fn record_span(err: &str) -> Result<Span> {
 struct Args {
     pairs: usize,
     spawn: bool,
+    wall: bool,
 }
 
 fn parse_args(args: &[String]) -> Result<Args> {
-    const USAGE: &str = "usage: cargo xtask bench switch [--pairs N (default 4)] [--spawn]; ASPROF=/path/to/asprof adds async-profiler";
+    const USAGE: &str = "usage: cargo xtask bench switch [--pairs N (default 4)] [--spawn] [--wall]; ASPROF=/path/to/asprof adds async-profiler";
     let mut parsed = Args {
         pairs: DEFAULT_PAIRS,
         spawn: false,
+        wall: false,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -297,6 +324,7 @@ fn parse_args(args: &[String]) -> Result<Args> {
                     .context(USAGE)?
             }
             "--spawn" => parsed.spawn = true,
+            "--wall" => parsed.wall = true,
             _ => bail!("{USAGE}"),
         }
     }
@@ -320,7 +348,7 @@ pub fn main(args: &[String]) -> Result<()> {
 
 fn measure(jvmperf: &Path, args: &Args, dir: &Path) -> Result<()> {
     let asprof = std::env::var_os("ASPROF").map(PathBuf::from);
-    let profilers = Profiler::all(asprof.clone());
+    let profilers = Profiler::all(asprof.clone(), args.wall);
     let jvm = BenchJvm::start(
         &[],
         &bench_jvm::classes(),
@@ -347,12 +375,16 @@ fn measure(jvmperf: &Path, args: &Args, dir: &Path) -> Result<()> {
     let mut idle = vec![t.idle_window()?];
     let mut runs: Vec<(usize, Span)> = Vec::new();
     let mut thread_events: Vec<ThreadEvents> = vec![(0, 0, 0); profilers.len()];
+    let mut lost: Vec<Vec<u64>> = vec![Vec::new(); profilers.len()];
     for _ in 0..args.pairs {
         for (i, p) in profilers.iter().enumerate() {
-            let (span, events) = run(&mut t, p, jvmperf, dir)?;
-            if let Some((n, ns, max)) = events {
+            let (span, err) = run(&mut t, p, jvmperf, dir)?;
+            if let Some((n, ns, max)) = err.as_deref().and_then(shim_thread_events) {
                 let sum = &mut thread_events[i];
                 *sum = (sum.0 + n, sum.1 + ns, sum.2.max(max));
+            }
+            if let Some(n) = err.as_deref().and_then(lost_records).filter(|_| args.wall) {
+                lost[i].push(n);
             }
             let _ = std::fs::remove_dir_all(dir.join("daemon"));
             let _ = std::fs::remove_file(dir.join("perf.data"));
@@ -395,8 +427,15 @@ fn measure(jvmperf: &Path, args: &Args, dir: &Path) -> Result<()> {
         } else {
             String::new()
         };
+        let lost = match lost[i].is_empty() {
+            true => String::new(),
+            false => format!(
+                "; records lost per run: {}",
+                list(&lost[i].iter().map(|&n| n as f64).collect::<Vec<_>>(), 0)
+            ),
+        };
         println!(
-            "switch: {:<48} throughput kept {:.1}% (per pair {} %), {per_unit_us:.2} us per {}{callbacks}",
+            "switch: {:<48} throughput kept {:.1}% (per pair {} %), {per_unit_us:.2} us per {}{callbacks}{lost}",
             p.name(),
             kept_median * 100.0,
             list(&kept.iter().map(|k| k * 100.0).collect::<Vec<_>>(), 1),

@@ -8,6 +8,7 @@ mod bench_attach;
 mod bench_convert;
 mod bench_daemon;
 mod bench_footprint;
+mod bench_html;
 mod bench_jvm;
 mod bench_record;
 mod bench_soak;
@@ -28,7 +29,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "bench",
-        "benchmarks: `bench attach` (time to a complete code map, replay rate), `bench record` (all-in cost per sample by wall-clock throughput, with bare perf, perf --call-graph dwarf and JFR measured alongside), `bench convert` (raw recording to every format), `bench footprint` (wall time, memory and CPU of one recording, first and warm run), `bench soak` (memory and lost samples over a long recording), `bench daemon` (jvmperf daemon on 3 JVMs: CPU, RSS, files and samples per JVM), `bench tomcat` (Tomcat's request rate under wrk while recording at 99 and 999 Hz, against the rate without), `bench switch` (throughput a JVM handing work between threads keeps while sampled per CPU and per thread, beside perf and async-profiler)",
+        "benchmarks: `bench attach` (time to a complete code map, replay rate), `bench record` (all-in cost per sample by wall-clock throughput, with bare perf, perf --call-graph dwarf and JFR measured alongside), `bench convert` (raw recording to every format), `bench html` (size of the HTML page of `bench soak`'s recording and its load and redraw time in headless Chromium), `bench footprint` (wall time, memory and CPU of one recording, first and warm run), `bench soak` (memory and lost samples over a long recording), `bench daemon` (jvmperf daemon on 3 JVMs: CPU, RSS, files and samples per JVM), `bench tomcat` (Tomcat's request rate under wrk while recording at 99 and 999 Hz, against the rate without), `bench switch` (throughput a JVM handing work between threads keeps while sampled per CPU and per thread, beside perf and async-profiler)",
     ),
     (
         "demo",
@@ -57,13 +58,14 @@ fn run(args: &[String]) -> Result<()> {
             Some((name, args)) if name == "attach" => bench_attach::main(args),
             Some((name, args)) if name == "record" => bench_record::main(args),
             Some((name, args)) if name == "convert" => bench_convert::main(args),
+            Some((name, args)) if name == "html" => bench_html::main(args),
             Some((name, args)) if name == "soak" => bench_soak::main(args),
             Some((name, args)) if name == "footprint" => bench_footprint::main(args),
             Some((name, args)) if name == "daemon" => bench_daemon::main(args),
             Some((name, args)) if name == "tomcat" => bench_tomcat::main(args),
             Some((name, args)) if name == "switch" => bench_switch::main(args),
             _ => {
-                bail!("usage: cargo xtask bench attach|record|convert|soak|footprint|daemon|tomcat|switch")
+                bail!("usage: cargo xtask bench attach|record|convert|html|soak|footprint|daemon|tomcat|switch")
             }
         },
         "demo" => demo::main(rest),

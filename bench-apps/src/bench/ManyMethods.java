@@ -20,8 +20,12 @@ import javax.management.ObjectName;
  * <pre>
  *   java -XX:TieredStopAtLevel=1 \
  *        -cp target/bench-apps/classes:target/bench-apps/many-classes bench.ManyMethods \
- *        [--target N] [seconds]
+ *        [--target N] [--churn] [seconds]
  * </pre>
+ *
+ * <p>{@code --churn}: once the nmethods are there, churn the code cache as {@link CodeChurn} does
+ * (classes defined, compiled, unloaded and their code freed all along, {@code CHURN} lines); its
+ * {@code READY} comes after its first class-unloading GC.
  *
  * <p>Progress is checked in-process with the {@code Compiler.codelist} diagnostic command (the
  * same as {@code jcmd <pid> Compiler.codelist}); before READY it prints {@code NMETHODS
@@ -66,9 +70,12 @@ public final class ManyMethods {
         long start = System.nanoTime();
         int target = 20_000;
         double seconds = -1;
+        boolean churn = false;
         for (int i = 0; i < args.length; i++) {
             if (args[i].equals("--target")) {
                 target = Integer.parseInt(args[++i]);
+            } else if (args[i].equals("--churn")) {
+                churn = true;
             } else {
                 seconds = Double.parseDouble(args[i]);
             }
@@ -112,6 +119,10 @@ public final class ManyMethods {
             System.out.println("NMETHODS total=" + counts[0] + " gen=" + counts[1] + " ms=" + ms);
         } else {
             System.out.println("NMETHODS unknown ms=" + ms);
+        }
+        if (churn) {
+            CodeChurn.main(seconds < 0 ? new String[0] : new String[] {Double.toString(seconds)});
+            return;
         }
         System.out.println("READY");
         System.out.flush();

@@ -139,10 +139,14 @@ public final class ManyThreads {
         Thread.sleep(3000);
         System.out.println("READY");
         long end = seconds < 0 ? Long.MAX_VALUE : System.nanoTime() + seconds * 1_000_000_000L;
-        while (System.nanoTime() < end) {
-            Thread.sleep(100);
+        // The first line at once: a recording started at READY samples from its first moment.
+        while (true) {
             System.out.println("GT " + System.nanoTime() + " pool=" + POOL_NS.get() + " busy="
                     + BUSY_NS.get() + " short=" + SHORT_NS.get());
+            if (System.nanoTime() >= end) {
+                break;
+            }
+            Thread.sleep(100);
         }
     }
 }

@@ -25,8 +25,12 @@ import java.util.zip.Deflater;
  * <pre>
  *   java -XX:CompileCommand=inline,bench.Phases::inlinedHelper \
  *        -XX:CompileCommand=exclude,bench.Phases::interpretedPhase \
- *        -cp target/bench-apps/classes bench.Phases [--threads N] [seconds]
+ *        -cp target/bench-apps/classes bench.Phases [--threads N] [--aligned-slice-ms MS] [seconds]
  * </pre>
+ *
+ * <p>With {@code --aligned-slice-ms MS} the phases are separated in time instead: every worker runs
+ * phase {@code k % 4} from {@code EPOCH + k * MS} ms to {@code EPOCH + (k + 1) * MS} ms, where
+ * {@code EPOCH <System.nanoTime()>} is printed before {@code READY}.
  *
  * <p>Output: {@code READY} after ~2 s of warm-up, then every 100 ms {@code GT <System.nanoTime()>
  * hotLoop=<ns> interpreted=<ns> jni=<ns> recursive=<ns>}: cumulative thread CPU ns per phase
@@ -49,6 +53,10 @@ public final class Phases {
     static final long REPORT_NANOS = 100_000_000L;
 
     static final ThreadMXBean MX = ManagementFactory.getThreadMXBean();
+
+    /** With --aligned-slice-ms: the length of a phase, and when phase 0 first started. */
+    static long alignedSliceNanos;
+    static long epoch;
 
     /** Results are published here so the work cannot be optimized away. */
     static volatile long sink;
@@ -81,6 +89,11 @@ public final class Phases {
             long seed = System.nanoTime();
             for (int phase = 0; ; phase = (phase + 1) % PHASE_NAMES.length) {
                 long deadline = System.nanoTime() + SLICE_NANOS;
+                if (alignedSliceNanos > 0) {
+                    long k = (System.nanoTime() - epoch) / alignedSliceNanos;
+                    phase = (int) (k % PHASE_NAMES.length);
+                    deadline = epoch + (k + 1) * alignedSliceNanos;
+                }
                 switch (phase) {
                     case HOT_LOOP:
                         seed += hotLoop(seed, deadline);
@@ -210,6 +223,8 @@ public final class Phases {
         for (int i = 0; i < args.length; i++) {
             if (args[i].equals("--threads")) {
                 threads = Integer.parseInt(args[++i]);
+            } else if (args[i].equals("--aligned-slice-ms")) {
+                alignedSliceNanos = Long.parseLong(args[++i]) * 1_000_000L;
             } else {
                 seconds = Double.parseDouble(args[i]);
             }
@@ -222,6 +237,10 @@ public final class Phases {
         Worker[] workers = new Worker[threads];
         for (int i = 0; i < threads; i++) {
             workers[i] = new Worker(i == 0 ? "phases-worker" : "phases-worker-" + i);
+        }
+        epoch = System.nanoTime();
+        if (alignedSliceNanos > 0) {
+            System.out.println("EPOCH " + epoch);
         }
         for (Worker w : workers) {
             w.thread.start();

@@ -20,16 +20,20 @@ import java.util.concurrent.locks.LockSupport;
  * <p>With {@code --spawn} each unit runs on a thread of its own ({@code throughput-unit}) that the
  * worker starts and joins: every unit costs a thread start and end, as in a JVM that creates a
  * thread per task. Profilers that do work per thread (agents' ThreadStart/ThreadEnd callbacks,
- * per-thread events) show their cost there.
+ * per-thread events) show their cost there. {@code --long-names} names those threads {@code
+ * throughput-unit-} followed by 5,000 euro signs (15,016 bytes of UTF-8), for agents that must cut
+ * names.
  *
  * <p>Run with {@code java -cp target/bench-apps/classes bench.Throughput [--threads N]
- * [--handoff | --spawn] [seconds]} (default 2 threads). Prints {@code READY} after 2 s of warm-up.
+ * [--handoff | --spawn [--long-names]] [seconds]} (default 2 threads). Prints {@code READY} after 2
+ * s of warm-up.
  */
 public final class Throughput {
     /** The worker whose turn it is, with {@code --handoff}. */
     static volatile Worker turn;
     static boolean handoff;
     static boolean spawn;
+    static String unitName = "throughput-unit";
 
     static final int DEPTH = 32;
     static final int LOOP = 4000;
@@ -76,7 +80,7 @@ public final class Throughput {
     /** One unit on a new thread, started and joined. */
     static long onOwnThread(long seed) {
         long[] out = {seed};
-        Thread t = new Thread(() -> out[0] = recurse(DEPTH, out[0]), "throughput-unit");
+        Thread t = new Thread(() -> out[0] = recurse(DEPTH, out[0]), unitName);
         t.start();
         while (true) {
             try {
@@ -114,6 +118,8 @@ public final class Throughput {
                 handoff = true;
             } else if (args[i].equals("--spawn")) {
                 spawn = true;
+            } else if (args[i].equals("--long-names")) {
+                unitName = "throughput-unit-" + "\u20ac".repeat(5000);
             } else {
                 seconds = Long.parseLong(args[i]);
             }

@@ -126,8 +126,11 @@ public final class WallPhases {
         System.out.println("READY");
         System.out.flush();
         long end = System.nanoTime() + seconds * 1_000_000_000L;
-        while (System.nanoTime() < end) {
-            Thread.sleep(REPORT_NANOS / 1_000_000L);
+        // The first line at once: a recording started at READY samples from its first moment.
+        for (boolean first = true; System.nanoTime() < end; first = false) {
+            if (!first) {
+                Thread.sleep(REPORT_NANOS / 1_000_000L);
+            }
             long now = System.nanoTime();
             long[] sums = new long[PHASE_NAMES.length];
             for (Worker w : workers) {
