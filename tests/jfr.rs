@@ -332,17 +332,26 @@ fn worker_phases(jfr: &Path) -> ([u64; 4], u64, String) {
     (phase, total, text)
 }
 
-/// Each phase's share of `total` samples, in %, against the ground truth: within 3 points.
-fn assert_shares(what: &str, phase: [u64; 4], total: u64, truth: [f64; 4]) {
-    for (i, p) in PHASES.iter().enumerate() {
+/// Each phase's share of `total` samples, in %, printed beside its ground truth.
+fn print_shares(what: &str, phase: [u64; 4], total: u64, truth: [f64; 4]) -> [f64; 4] {
+    std::array::from_fn(|i| {
         let measured = 100.0 * phase[i] as f64 / total as f64;
         eprintln!(
-            "{what}: {p}: {measured:.2}% of {total} samples, ground truth {:.2}%",
-            truth[i]
+            "{what}: {}: {measured:.2}% of {total} samples, ground truth {:.2}%",
+            PHASES[i], truth[i]
         );
+        measured
+    })
+}
+
+/// Each phase's share of `total` samples, in %, against the ground truth: within 3 points.
+fn assert_shares(what: &str, phase: [u64; 4], total: u64, truth: [f64; 4]) {
+    let measured = print_shares(what, phase, total, truth);
+    for (i, p) in PHASES.iter().enumerate() {
         assert!(
-            (measured - truth[i]).abs() <= 3.0,
-            "{what}: {p}: {measured:.2}% of the JDK's samples vs {:.2}% of CPU time",
+            (measured[i] - truth[i]).abs() <= 3.0,
+            "{what}: {p}: {:.2}% of the JDK's samples vs {:.2}% of CPU time",
+            measured[i],
             truth[i]
         );
     }
@@ -438,10 +447,6 @@ fn jdk_parser_phases(home: &Path, jfr: &Path) -> ([u64; 4], u64) {
     (phase, total)
 }
 
-/// The worker's CPU time over the recording's span from which JFR's execution samplers keep
-/// their Java samples (below).
-const MIN_ON_CPU: f64 = 0.95;
-
 #[test]
 fn jdk_17_and_21_execution_samples_of_phases_convert_as_the_jdk_counts_them() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -467,22 +472,21 @@ fn jdk_17_and_21_execution_samples_of_phases_convert_as_the_jdk_counts_them() {
         assert!(!text.contains("[truncated"), "{what}: {text}");
         // The same samples of the same phases as the JDK's parser counts, weighed alike.
         assert_eq!((phase, total), jdk_parser_phases(&home, &rec.jfr), "{what}");
-        // A thread in Java code is sampled by suspending it with a signal, and the sample is
-        // dropped when the thread has not taken the signal within 2 ms
-        // (`PosixSignals::do_suspend`, hotspot/os/posix/signals_posix.cpp); a thread in native
-        // code is sampled from its last Java frame, not stopped. A worker that waits for a CPU
-        // loses Java samples and keeps its native ones: the JDK's own counts (the same as
-        // jvmperf's) put the JNI phase at 26.7, 30.2, 35.9 and 48.8% of the samples for 25.3,
-        // 25.0, 25.4 and 25.8% of the CPU time with the worker on a CPU 96, 84, 69 and 47% of
-        // the recording (the other phases lose alike; on JDK 21 the interpreted one more).
-        if rec.on_cpu < MIN_ON_CPU {
-            eprintln!(
-                "{what}: the worker was on a CPU {:.0}% of the recording: JFR's shares are \
-                 biased then, not compared with the ground truth",
-                100.0 * rec.on_cpu
-            );
-            continue;
-        }
-        assert_shares(&what, phase, total, rec.truth);
+        // Against the CPU time, JFR's execution samplers are biased in ways that are theirs, not
+        // the conversion's, so their shares are printed, not compared. A thread in Java code is
+        // sampled by suspending it with a signal, and the sample is dropped when the thread has
+        // not taken the signal within 2 ms (`PosixSignals::do_suspend`,
+        // hotspot/os/posix/signals_posix.cpp) or when its stack cannot be walked; a thread in
+        // native code is sampled from its last Java frame, not stopped. The JDK's own counts
+        // (the same as jvmperf's) put the JNI phase at 26.7, 30.2, 35.9 and 48.8% of the samples
+        // for 25.3, 25.0, 25.4 and 25.8% of the CPU time with the worker on a CPU 96, 84, 69
+        // and 47% of the recording, and, on JDK 17 with the worker on a CPU over 95% of it, the
+        // interpreted phase at 21.1% for 24.5%. The JDK 25 CPU-time sampler's shares are
+        // compared (above).
+        eprintln!(
+            "{what}: the worker was on a CPU {:.0}% of the recording",
+            100.0 * rec.on_cpu
+        );
+        print_shares(&what, phase, total, rec.truth);
     }
 }
