@@ -1,5 +1,6 @@
 //! The `jvmperf` commands, one module each; `main.rs` parses the command line and calls `run`.
 
+mod console;
 pub mod convert;
 pub mod daemon;
 pub mod diff;

@@ -11,6 +11,9 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// How often the progress line is redrawn on a terminal.
+const PROGRESS_EVERY: Duration = Duration::from_millis(100);
+
 #[derive(clap::Args)]
 pub struct RecordOptions {
     /// Process id of the JVM.
@@ -121,7 +124,9 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         );
     }
     let progress = std::io::stderr().is_terminal();
+    let console = super::console::Console::start();
     let mut last_status = Instant::now();
+    let mut last_progress: Option<Instant> = None;
     while engine.ended().is_none() {
         engine.poll(Duration::from_millis(20))?;
         let st = engine.stats();
@@ -130,17 +135,22 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             .is_some_and(|every| last_status.elapsed() >= every)
         {
             last_status = Instant::now();
-            let line = status_line(engine.elapsed(), &st, engine.stacks(), engine.shim_stats());
-            eprintln!("{line}");
+            console.line(status_line(
+                engine.elapsed(),
+                &st,
+                engine.stacks(),
+                engine.shim_stats(),
+            ));
         }
-        if progress {
-            eprint!(
-                "\rjvmperf: recording pid {} — {:.1} s, {} samples, {} lost   ",
+        if progress && last_progress.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY) {
+            last_progress = Some(Instant::now());
+            console.progress(format!(
+                "jvmperf: recording pid {} — {:.1} s, {} samples, {} lost   ",
                 opts.pid,
                 engine.elapsed().as_secs_f64(),
                 st.samples,
                 st.lost
-            );
+            ));
         }
         if crate::interrupt::requested() || opts.duration.is_some_and(|d| engine.elapsed() >= d) {
             break;
@@ -150,15 +160,13 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
     let jdk = engine.jdk_version();
     let mut recording = engine.finish(|activity| {
         if progress {
-            eprint!(
-                "\rjvmperf: sampling ended; naming waits: {activity} — {:.0} s   ",
+            console.progress(format!(
+                "jvmperf: sampling ended; naming waits: {activity} — {:.0} s   ",
                 naming_started.elapsed().as_secs_f64()
-            );
+            ));
         }
     });
-    if progress {
-        eprintln!();
-    }
+    console.finish();
     if recording.samples == 0 {
         return Err(Error::new(
             ErrorKind::Sampling,

@@ -9,6 +9,7 @@
 //! [`Engine::take_interval`].
 
 mod collect;
+mod early;
 mod naming;
 mod off_cpu_reads;
 mod wall;
@@ -20,7 +21,8 @@ use crate::output::SampleSpill;
 use crate::process::{freeze, TargetProcess};
 use crate::profile::Profile;
 use crate::sampler::{
-    HostSampler, Sample, SampleKind, Sampler, SamplerConfig, SamplerStats, Sampling, Strategy,
+    HeldSample, HostSampler, Sample, SampleKind, Sampler, SamplerConfig, SamplerStats, Sampling,
+    Strategy,
 };
 use crate::shim::protocol::{self, ShimStats};
 use crate::symbolize::{Symbolizer, WarmingSymbols};
@@ -115,6 +117,8 @@ pub struct Engine {
     /// Thread names read from /proc when a thread was first sampled (it may end before the
     /// recording does), and threads sampled for the first time in this turn.
     comms: HashMap<u32, String>,
+    /// Sampled while the attach ran, walked in the first turn ([`early`]).
+    held: Vec<HeldSample>,
     new_tids: Vec<u32>,
     comms_unread: Vec<u32>,
     /// The target's CPU time where the interval not yet taken starts.
@@ -239,11 +243,11 @@ impl CpuTime {
 }
 
 impl Engine {
-    /// Check permissions (a probe event for sampling), attach, then open the perf events.
+    /// Check permissions (a probe event for sampling), attach, and open the perf events: per CPU
+    /// for a CPU profile before the attach, else after it.
     pub fn start(opts: EngineOptions) -> Result<Self> {
         // Permissions first: a user who may not read or sample the JVM is told why before
-        // anything is loaded into it; a probe event checks sampling. The events open once the
-        // attach is done.
+        // anything is loaded into it; a probe event checks sampling.
         TargetProcess::open(opts.pid)?.maps()?;
         let config = SamplerConfig {
             frequency_hz: opts.frequency_hz,
@@ -257,18 +261,35 @@ impl Engine {
             Some(host) => Events::Shared(host),
             None => Events::Own(Sampler::choose(opts.pid, &config)?),
         };
+        // Per CPU, a CPU profile's events open before the attach ([`early`]).
+        let mut early = match &events {
+            Events::Own(strategy)
+                if strategy.kind == Sampling::PerCpu
+                    && opts.wall.is_none()
+                    && opts.agent == Agent::Fallback =>
+            {
+                Some(early::Early::open(opts.pid, &config, strategy.clone())?)
+            }
+            _ => None,
+        };
         let (live, agentless) = match opts.agent {
             Agent::Off => (
                 LiveJvm::without_agent(opts.pid)?,
                 Some("--no-agent".to_string()),
             ),
-            Agent::Fallback => match LiveJvm::attach(opts.pid) {
-                Ok(live) => (live, None),
-                Err(e) if e.kind == ErrorKind::Attach => {
-                    (LiveJvm::without_agent(opts.pid)?, Some(e.message))
+            Agent::Fallback => {
+                let attached = match early.as_mut() {
+                    Some(early) => early.attach(opts.pid),
+                    None => LiveJvm::attach(opts.pid),
+                };
+                match attached {
+                    Ok(live) => (live, None),
+                    Err(e) if e.kind == ErrorKind::Attach => {
+                        (LiveJvm::without_agent(opts.pid)?, Some(e.message))
+                    }
+                    Err(e) => return Err(e),
                 }
-                Err(e) => return Err(e),
-            },
+            }
         };
         let native = NativeUnwinder::new(&live.process)?;
         let mut walker = StackWalker::new(&live.hotspot, native);
@@ -278,20 +299,27 @@ impl Engine {
         };
         let period_ns = 1_000_000_000 / opts.frequency_hz.max(1);
         collected.wall = opts.wall.map(|_| wall::OffCpu::new(period_ns));
-        // Opened after the attach, enabled: no enable per thread.
-        let mut sampler = match events {
-            Events::Shared(host) => Sampler::shared(opts.pid, &config, host),
-            Events::Own(strategy) => Sampler::open_as(opts.pid, &config, strategy)?,
+        let (sampler, started, start_ns, cpu_at_start, held) = match early {
+            Some(e) => (e.sampler, e.started, e.start_ns, e.cpu_at_start, e.held),
+            None => {
+                // Opened after the attach, enabled: no enable per thread.
+                let mut sampler = match events {
+                    Events::Shared(host) => Sampler::shared(opts.pid, &config, host),
+                    Events::Own(strategy) => Sampler::open_as(opts.pid, &config, strategy)?,
+                };
+                // Per thread, sampling starts once every thread found has its event (a JVM of
+                // thousands of threads takes a while): events open in batches between drains,
+                // and what they sample before the start is dropped, so that every thread is
+                // sampled over the whole window.
+                while sampler.has_pending_threads() {
+                    sampler.open_pending_threads();
+                    sampler.poll(Duration::ZERO, &mut |_| {})?;
+                }
+                let start_ns = crate::profile::monotonic_now_ns();
+                let cpu = live.process.cpu_time_ns();
+                (sampler, Instant::now(), start_ns, cpu, Vec::new())
+            }
         };
-        // Per thread, sampling starts once every thread found has its event (a JVM of thousands
-        // of threads takes a while): events open in batches between drains, and what they sample
-        // before the start is dropped, so that every thread is sampled over the whole window.
-        while sampler.has_pending_threads() {
-            sampler.open_pending_threads();
-            sampler.poll(Duration::ZERO, &mut |_| {})?;
-        }
-        let start_ns = crate::profile::monotonic_now_ns();
-        let cpu_at_start = live.process.cpu_time_ns();
         if opts.wall.is_some() && sampler.strategy().kind == Sampling::PerCpu {
             collected.off_cpu_reads = Some(off_cpu_reads::OffCpuReads::new(
                 opts.pid,
@@ -322,7 +350,7 @@ impl Engine {
             warming,
             symbolizer: None,
             named: Named::new(opts.spill, opts.keep_sample_times, opts.max_stacks),
-            started: Instant::now(),
+            started,
             start_ns,
             last_naming: Instant::now(),
             naming_unfinished: false,
@@ -340,6 +368,7 @@ impl Engine {
                 read: Instant::now(),
             },
             comms,
+            held,
             new_tids: Vec::new(),
             comms_unread: Vec::new(),
             interval_cpu: cpu_at_start,
@@ -368,7 +397,7 @@ impl Engine {
         let (collected, walker) = (&mut self.collected, &mut self.walker);
         let (comms, new_tids) = (&self.comms, &mut self.new_tids);
         let start_ns = self.start_ns;
-        let polled = self.sampler.poll(timeout, &mut |s| {
+        let mut sink = |s: &Sample<'_>| {
             if s.time < start_ns {
                 return;
             }
@@ -376,7 +405,11 @@ impl Engine {
                 new_tids.push(s.tid);
             }
             collected.add(walker, s)
-        });
+        };
+        for s in std::mem::take(&mut self.held) {
+            sink(&s.sample());
+        }
+        let polled = self.sampler.poll(timeout, &mut sink);
         if let Err(e) = polled {
             self.ended = Some(e.to_string());
             return Ok(());

@@ -14,9 +14,7 @@ mod spill;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::profile::Profile;
-pub use file::{
-    check_writable, save, save_recording, write_error, write_file, write_file_unsynced, write_with,
-};
+pub use file::{check_writable, save, save_recording, write_error, write_file, write_with};
 pub use spill::{save_streamed, spill_dir, SampleSpill};
 use std::path::Path;
 

@@ -17,7 +17,7 @@ mod tests;
 
 pub use budget::{Budget, Host, RingPlan};
 pub use host::HostSampler;
-pub use record::{RecordLayout, Regs, Sample, SampleKind};
+pub use record::{HeldSample, RecordLayout, Regs, Sample, SampleKind};
 
 use crate::error::{err, Error, ErrorKind, Result};
 use nix::errno::Errno;

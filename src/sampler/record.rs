@@ -107,6 +107,54 @@ pub struct Sample<'a> {
     pub in_kernel: bool,
 }
 
+/// A sample copied out of its ring buffer, to be walked later ([`HeldSample::sample`]).
+#[derive(Debug, Clone)]
+pub struct HeldSample {
+    kind: SampleKind,
+    pid: u32,
+    tid: u32,
+    time: u64,
+    regs: Regs,
+    stack: Vec<u8>,
+    kernel_ips: Vec<u64>,
+    in_kernel: bool,
+}
+
+impl Sample<'_> {
+    pub fn hold(&self) -> HeldSample {
+        HeldSample {
+            kind: self.kind,
+            pid: self.pid,
+            tid: self.tid,
+            time: self.time,
+            regs: self.regs,
+            stack: self.stack.to_vec(),
+            kernel_ips: self.kernel_ips.to_vec(),
+            in_kernel: self.in_kernel,
+        }
+    }
+}
+
+impl HeldSample {
+    pub fn sample(&self) -> Sample<'_> {
+        Sample {
+            kind: self.kind,
+            pid: self.pid,
+            tid: self.tid,
+            time: self.time,
+            regs: self.regs,
+            stack: &self.stack,
+            kernel_ips: &self.kernel_ips,
+            in_kernel: self.in_kernel,
+        }
+    }
+
+    /// The memory it keeps, in bytes.
+    pub fn size(&self) -> usize {
+        std::mem::size_of::<Self>() + self.stack.len() + 8 * self.kernel_ips.len()
+    }
+}
+
 /// A parsed ring-buffer record; only the kinds we act on are distinguished.
 #[derive(Debug)]
 // Short-lived on the stack, one per record: boxing the sample would allocate per sample.

@@ -202,7 +202,7 @@ impl JvmOutput {
         let opts = OutputOptions { threads: false };
         let written = output::render(&profile, self.format, &opts).and_then(|bytes| {
             std::fs::create_dir_all(&self.dir).map_err(|e| output::write_error(&self.dir, &e))?;
-            output::write_file_unsynced(&path, &bytes)?;
+            output::write_file(&path, &bytes)?;
             self.files += 1;
             let Some(queue) = push else {
                 return Ok(());

@@ -67,7 +67,7 @@ impl Queue {
         let mut bytes = serde_json::to_vec(&push.query).unwrap_or_default();
         bytes.push(b'\n');
         bytes.extend_from_slice(&push.body);
-        crate::output::write_file_unsynced(&path, &bytes)?;
+        crate::output::write_file(&path, &bytes)?;
         let mut entries = self.entries();
         let mut total: u64 = entries.iter().map(|(_, len)| len).sum();
         entries.reverse();
