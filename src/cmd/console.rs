@@ -72,13 +72,13 @@ impl Drop for Console {
 
 fn write_messages(receiver: Receiver<Message>) {
     let mut on_progress_line = false;
-    let mut err = std::io::stderr().lock();
     while let Ok(first) = receiver.recv() {
         let batch: Vec<Message> = std::iter::once(first).chain(receiver.try_iter()).collect();
-        write_batch(&mut err, batch, &mut on_progress_line);
+        // Locked per batch, never while waiting: the rest of the program prints too.
+        write_batch(&mut std::io::stderr().lock(), batch, &mut on_progress_line);
     }
     if on_progress_line {
-        let _ = writeln!(err);
+        let _ = writeln!(std::io::stderr());
     }
 }
 
