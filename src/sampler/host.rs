@@ -5,7 +5,7 @@
 //! queue, copied out of the ring; samples of processes no engine profiles are dropped.
 
 use super::per_cpu::{CpuSampler, ProcessFilter};
-use super::record::{Regs, Sample, SampleKind};
+use super::record::{HeldSample, Sample, SampleKind};
 use super::{ParsedRecord, RingPlan, SamplerConfig, SamplerStats};
 use crate::error::{Error, ErrorKind, Result};
 use nix::errno::Errno;
@@ -31,50 +31,10 @@ struct Inner {
 
 struct Queue {
     filter: ProcessFilter,
-    samples: VecDeque<OwnedSample>,
+    samples: VecDeque<HeldSample>,
     bytes: usize,
     /// Samples dropped for a full queue.
     dropped: u64,
-}
-
-/// A sample copied out of the ring, for the engine of its JVM.
-struct OwnedSample {
-    kind: SampleKind,
-    pid: u32,
-    tid: u32,
-    time: u64,
-    regs: Regs,
-    stack: Vec<u8>,
-    kernel_ips: Vec<u64>,
-    in_kernel: bool,
-}
-
-impl OwnedSample {
-    fn of(s: &Sample<'_>) -> OwnedSample {
-        OwnedSample {
-            kind: s.kind,
-            pid: s.pid,
-            tid: s.tid,
-            time: s.time,
-            regs: s.regs,
-            stack: s.stack.to_vec(),
-            kernel_ips: s.kernel_ips.to_vec(),
-            in_kernel: s.in_kernel,
-        }
-    }
-
-    fn borrow(&self) -> Sample<'_> {
-        Sample {
-            kind: self.kind,
-            pid: self.pid,
-            tid: self.tid,
-            time: self.time,
-            regs: self.regs,
-            stack: &self.stack,
-            kernel_ips: &self.kernel_ips,
-            in_kernel: self.in_kernel,
-        }
-    }
 }
 
 impl HostSampler {
@@ -179,9 +139,10 @@ impl SharedSource {
                 std::mem::take(&mut q.samples)
             })
         };
-        for s in taken.iter().flatten() {
+        for held in taken.iter().flatten() {
+            let s = held.sample();
             self.delivered += u64::from(s.kind != SampleKind::SwitchIn);
-            sink(&s.borrow());
+            sink(&s);
         }
         Ok(())
     }
@@ -233,6 +194,6 @@ fn route(queues: &mut HashMap<u32, Queue>, record: &ParsedRecord<'_>) -> bool {
             return;
         }
         *bytes += s.stack.len();
-        samples.push_back(OwnedSample::of(s));
+        samples.push_back(s.hold());
     })
 }

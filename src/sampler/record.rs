@@ -107,7 +107,9 @@ pub struct Sample<'a> {
     pub in_kernel: bool,
 }
 
-/// A sample copied out of its ring buffer, to be walked later ([`HeldSample::sample`]).
+/// A sample copied out of its ring buffer, to be walked later ([`HeldSample::sample`]): by the
+/// engine once its attach is done, or by the engine of its JVM when a host-wide ring was drained
+/// by another.
 #[derive(Debug, Clone)]
 pub struct HeldSample {
     kind: SampleKind,
