@@ -57,6 +57,8 @@ pub fn run(opts: &TopOptions) -> Result<()> {
             "top needs a terminal (to write a profile to a file, use `jvmperf record`)",
         ));
     }
+    // Ctrl-C during the attach (seconds on a JVM of thousands of threads) ends it too.
+    crate::interrupt::install()?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
         signal_hook::consts::SIGINT,
