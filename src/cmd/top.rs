@@ -57,17 +57,11 @@ pub fn run(opts: &TopOptions) -> Result<()> {
             "top needs a terminal (to write a profile to a file, use `jvmperf record`)",
         ));
     }
-    // Ctrl-C during the attach (seconds on a JVM of thousands of threads) ends it too.
+    // Ctrl-C and SIGTERM as in `record` (they also end the attach's waits); a closed terminal too.
     crate::interrupt::install()?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ] {
-        signal_hook::flag::register(sig, stop.clone())
-            .map_err(|e| Error::new(ErrorKind::Internal, format!("cannot handle signals: {e}")))?;
-    }
+    let hung_up = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, hung_up.clone())
+        .map_err(|e| Error::new(ErrorKind::Internal, format!("cannot handle signals: {e}")))?;
     let mut engine = Engine::start(EngineOptions {
         pid: opts.pid,
         frequency_hz: opts.frequency_hz,
@@ -97,7 +91,7 @@ pub fn run(opts: &TopOptions) -> Result<()> {
             format!("cannot set up the terminal: {e}"),
         )
     })?;
-    let outcome = view.run(&mut engine, &stop);
+    let outcome = view.run(&mut engine, &hung_up);
     drop(screen);
     match outcome {
         Ok(Some(why)) => {
@@ -150,14 +144,14 @@ struct View {
 
 impl View {
     /// Polls the engine and the keyboard until quit; returns why it ended if not by the user.
-    fn run(&mut self, engine: &mut Engine, stop: &AtomicBool) -> Result<Option<String>> {
+    fn run(&mut self, engine: &mut Engine, hung_up: &AtomicBool) -> Result<Option<String>> {
         let mut next = Instant::now();
         loop {
             engine.poll(Duration::from_millis(20))?;
             if let Some(why) = engine.ended() {
                 return Ok(Some(why.to_string()));
             }
-            if stop.load(Ordering::Relaxed) {
+            if hung_up.load(Ordering::Relaxed) || crate::interrupt::requested() {
                 return Ok(None);
             }
             let mut redraw = false;
