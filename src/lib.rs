@@ -14,6 +14,7 @@ pub mod jit;
 pub mod live_jvm;
 pub mod native;
 pub(crate) mod output;
+pub(crate) mod priority;
 pub mod process;
 pub mod profile;
 pub mod sampler;

@@ -115,7 +115,7 @@ impl WarmingSymbols {
         modules.sort_by_key(|m| m.name != "libjvm.so");
         let activity = Arc::new(std::sync::Mutex::new(String::new()));
         let status = activity.clone();
-        let own_nice = crate::native::symcache::own_nice();
+        let own_nice = crate::priority::own_nice();
         let thread = std::thread::spawn(move || {
             // Below the thread that drains the ring buffers: they hold only ~250 ms of samples.
             // SAFETY: setpriority on this thread's own tid has no memory effects.

@@ -1,6 +1,10 @@
 //! `jvmperf top` in a real terminal: tmux (a private server) runs it against a real JVM; the hot
 //! method must come on screen, and `q` and Ctrl-C must each end it with the terminal restored
 //! (the shell's screen back, the line discipline out of raw mode).
+//!
+//! tmux's panes are sessions of their own, as a user's terminal is: where the kernel groups
+//! processes by session (autogroups), top shares the CPUs with the JVM's session, not with its
+//! threads.
 
 mod common;
 
@@ -80,8 +84,7 @@ impl Drop for Tmux {
 
 /// Runs top (with `options`) in the pane until `method` shows, quits it with `quit_keys`, and
 /// checks the terminal is the shell's again, in cooked mode.
-fn top_then_quit(pid: u32, options: &str, method: &str, quit_keys: &[&str], name: &str) {
-    let tmux = Tmux::start(name);
+fn top_then_quit(tmux: &Tmux, pid: u32, options: &str, method: &str, quit_keys: &[&str]) {
     let cmd = format!("{} top -p {pid} {options}", env!("CARGO_BIN_EXE_jvmperf"));
     tmux.keys(&[&cmd, "Enter"]);
     tmux.wait_for(method, Duration::from_secs(60), |s| {
@@ -91,7 +94,7 @@ fn top_then_quit(pid: u32, options: &str, method: &str, quit_keys: &[&str], name
     tmux.wait_for("the shell's screen", Duration::from_secs(10), |s| {
         !s.contains("SELF%")
     });
-    let modes = std::env::temp_dir().join(format!("jvmperf-top-stty-{name}-{pid}"));
+    let modes = std::env::temp_dir().join(format!("{}-stty-{pid}", tmux.socket));
     let _ = std::fs::remove_file(&modes);
     // Written whole, then renamed: the file exists only once stty has finished.
     let cmd = format!("stty -a > {0}.tmp && mv {0}.tmp {0}", modes.display());
@@ -105,8 +108,15 @@ fn top_then_quit(pid: u32, options: &str, method: &str, quit_keys: &[&str], name
     }
 }
 
+/// One test at a time: the 3000-thread JVM keeps both cores busy.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn top_shows_the_hot_method_and_quits_cleanly_on_q_and_ctrl_c() {
+    let _turn = one_at_a_time();
     let jvm = Jvm::start(
         &[
             "-XX:CompileCommand=quiet",
@@ -116,22 +126,46 @@ fn top_shows_the_hot_method_and_quits_cleanly_on_q_and_ctrl_c() {
         &[],
     );
     let hot = "bench.InlineHot.hotLoop";
-    top_then_quit(jvm.pid, "", hot, &["q"], "q");
-    top_then_quit(jvm.pid, "", hot, &["C-c"], "ctrl-c");
+    top_then_quit(&Tmux::start("q"), jvm.pid, "", hot, &["q"]);
+    top_then_quit(&Tmux::start("ctrl-c"), jvm.pid, "", hot, &["C-c"]);
     assert!(jvm.is_alive());
 }
 
 /// With --wall, threads count while they sleep: the workers' sleeping method shows.
 #[test]
 fn top_wall_shows_where_threads_wait() {
+    let _turn = one_at_a_time();
     let jvm = Jvm::start(&[], "bench.WallPhases", &["--threads", "1"]);
     let options = "--wall --sort total --thread wall-worker";
     top_then_quit(
+        &Tmux::start("wall"),
         jvm.pid,
         options,
         "bench.WallPhases.sleepPhase",
         &["q"],
-        "wall",
     );
+    assert!(jvm.is_alive());
+}
+
+/// A JVM of 3000 threads keeping both cores busy: top comes up, and Ctrl-C ends it. On Linux 6.18
+/// with autogroups, a terminal's session at nice 0 got no CPU time beside this JVM's session until
+/// the JVM exited: top drew nothing and Ctrl-C did nothing. top now raises its session's autogroup
+/// along with its own nice value, and gives it back when it ends; the shell that starts it is
+/// still at nice 0, so it may take seconds to start top (3–36 s measured).
+#[test]
+fn top_comes_up_beside_a_3000_thread_jvm() {
+    let _turn = one_at_a_time();
+    // The terminal exists before the JVM, as a user's does.
+    let tmux = Tmux::start("many-threads");
+    let jvm = Jvm::start(&[], "bench.ManyThreads", &["--pool", "3000", "--busy", "4"]);
+    let cmd = format!("{} top -p {}", env!("CARGO_BIN_EXE_jvmperf"), jvm.pid);
+    tmux.keys(&[&cmd, "Enter"]);
+    tmux.wait_for("the busy threads' method", Duration::from_secs(150), |s| {
+        s.contains("SELF%") && s.contains("bench.ManyThreads.busyWork")
+    });
+    tmux.keys(&["C-c"]);
+    tmux.wait_for("top's end", Duration::from_secs(10), |s| {
+        !s.contains("SELF%")
+    });
     assert!(jvm.is_alive());
 }

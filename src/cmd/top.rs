@@ -50,7 +50,7 @@ pub struct TopOptions {
 const REFRESH: Duration = Duration::from_secs(1);
 
 pub fn run(opts: &TopOptions) -> Result<()> {
-    crate::sampler::raise_own_priority();
+    let _priority = crate::priority::raise(Some(opts.pid));
     if !std::io::stdout().is_terminal() {
         return Err(Error::new(
             ErrorKind::Usage,
@@ -62,6 +62,9 @@ pub fn run(opts: &TopOptions) -> Result<()> {
     let hung_up = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGHUP, hung_up.clone())
         .map_err(|e| Error::new(ErrorKind::Internal, format!("cannot handle signals: {e}")))?;
+    // An attach to a JVM of thousands of threads can take seconds; the terminal is still in its
+    // own mode, where Ctrl-C interrupts it.
+    eprintln!("jvmperf: attaching to JVM {}…", opts.pid);
     let mut engine = Engine::start(EngineOptions {
         pid: opts.pid,
         frequency_hz: opts.frequency_hz,
@@ -76,6 +79,12 @@ pub fn run(opts: &TopOptions) -> Result<()> {
         sampling: opts.sampling,
         host: None,
     })?;
+    let screen = Screen::enter().map_err(|e| {
+        Error::new(
+            ErrorKind::Internal,
+            format!("cannot set up the terminal: {e}"),
+        )
+    })?;
     let mut view = View {
         pid: opts.pid,
         window: opts.window,
@@ -85,12 +94,6 @@ pub fn run(opts: &TopOptions) -> Result<()> {
         agentless: engine.agentless().is_some(),
         wall: opts.wall,
     };
-    let screen = Screen::enter().map_err(|e| {
-        Error::new(
-            ErrorKind::Internal,
-            format!("cannot set up the terminal: {e}"),
-        )
-    })?;
     let outcome = view.run(&mut engine, &hung_up);
     drop(screen);
     match outcome {
@@ -260,8 +263,7 @@ impl View {
     }
 
     fn draw(&self) -> std::io::Result<()> {
-        let (width, height) = terminal::size().unwrap_or((80, 24));
-        let (width, height) = (usize::from(width), usize::from(height));
+        let (_, height) = terminal_size();
         let (table, samples) = self.table();
         let lost: u64 = self.intervals.iter().map(|i| i.lost).sum();
         let rate = self.intervals.back().map_or(0, |i| i.frequency_hz);
@@ -302,13 +304,27 @@ impl View {
                 pct(*total)
             ));
         }
-        let mut out = std::io::stdout().lock();
-        queue!(out, terminal::Clear(terminal::ClearType::All))?;
-        for (row, line) in lines.iter().take(height).enumerate() {
-            let shown: String = line.chars().take(width).collect();
-            queue!(out, cursor::MoveTo(0, row as u16), style::Print(shown))?;
-        }
-        out.flush()
+        draw_lines(&lines)
+    }
+}
+
+/// Clears the screen and writes `lines` from the top, each cut to the terminal's width.
+fn draw_lines(lines: &[String]) -> std::io::Result<()> {
+    let (width, height) = terminal_size();
+    let mut out = std::io::stdout().lock();
+    queue!(out, terminal::Clear(terminal::ClearType::All))?;
+    for (row, line) in lines.iter().take(height).enumerate() {
+        let shown: String = line.chars().take(width).collect();
+        queue!(out, cursor::MoveTo(0, row as u16), style::Print(shown))?;
+    }
+    out.flush()
+}
+
+/// The terminal's columns and rows; 80×24 where it does not say (a pty nobody sized reports 0×0).
+fn terminal_size() -> (usize, usize) {
+    match terminal::size() {
+        Ok((w, h)) if w > 0 && h > 0 => (usize::from(w), usize::from(h)),
+        _ => (80, 24),
     }
 }
 

@@ -30,13 +30,6 @@ static BUILDER_EXE: OnceLock<PathBuf> = OnceLock::new();
 /// The builder child running now (0: none), so that a recording that ended can hurry it.
 static BUILDER_PID: AtomicU32 = AtomicU32::new(0);
 
-/// The calling thread's nice value.
-pub fn own_nice() -> i32 {
-    // SAFETY: getpriority with integer arguments only; for the caller itself it cannot fail, so
-    // -1 is a nice value, not an error.
-    unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
-}
-
 /// Give a running cache build the caller's priority: it starts at the debug-info thread's (nice
 /// +10 from jvmperf's own, below the JVM), which a busy host starves, and now a person waits for
 /// it. Raising a priority needs root or CAP_SYS_NICE; without them the build goes on as it was.
@@ -44,7 +37,7 @@ pub fn hurry_build() {
     let pid = BUILDER_PID.load(Ordering::Relaxed);
     if pid != 0 {
         // SAFETY: setpriority with integer arguments only.
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, pid, own_nice()) };
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, pid, crate::priority::own_nice()) };
     }
 }
 

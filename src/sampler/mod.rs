@@ -147,22 +147,6 @@ impl SamplerConfig {
     }
 }
 
-/// The nice value jvmperf takes where allowed (root or CAP_SYS_NICE), before it starts threads: the
-/// thread that drains the ring buffers must not wait behind a JVM's thousands of runnable threads.
-/// Per-CPU rings hold ~1 s of samples; a JVM of 3000 threads kept jvmperf at nice 0 off the CPUs
-/// for seconds at a time here and lost up to half of the samples, none at nice -10. jvmperf uses
-/// ~1% of a core, which the target does not miss; its debug-info work stays 10 below it.
-const OWN_NICE: i32 = -10;
-
-/// Raises this process's priority to [`OWN_NICE`] if it is lower and the host allows it; without
-/// the privilege nothing changes.
-pub fn raise_own_priority() {
-    if crate::native::symcache::own_nice() > OWN_NICE {
-        // SAFETY: setpriority with integer arguments only; for the calling thread (0).
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, OWN_NICE) };
-    }
-}
-
 /// One ring-buffer record as the sampler reads it.
 #[derive(Debug)]
 pub enum ParsedRecord<'a> {
