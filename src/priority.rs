@@ -37,31 +37,32 @@ pub struct RaisedPriority {
     autogroup_before: Option<i32>,
 }
 
-/// Raises this process's priority to [`OWN_NICE`], and its session's autogroup too unless `target`
-/// (the profiled JVM) is in the same session: raising the target along with jvmperf would change
-/// what is measured. Without the privilege nothing changes.
-pub fn raise(target: Option<u32>) -> RaisedPriority {
+/// Raises this process's priority to [`OWN_NICE`], and its session's autogroup too unless one of
+/// `targets` (the JVMs it was asked to profile) is in the same session: raising a target along
+/// with jvmperf would change what is measured. Without the privilege nothing changes.
+pub fn raise(targets: &[u32]) -> RaisedPriority {
     if own_nice() > OWN_NICE {
         // SAFETY: setpriority with integer arguments only; for the calling thread (0).
         unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, OWN_NICE) };
     }
     RaisedPriority {
-        autogroup_before: raise_autogroup(target),
+        autogroup_before: raise_autogroup(targets),
     }
 }
 
 /// The autogroup's nice before it was raised, if it was.
-fn raise_autogroup(target: Option<u32>) -> Option<i32> {
+fn raise_autogroup(targets: &[u32]) -> Option<i32> {
     let line = fs::read_to_string(AUTOGROUP).ok()?;
     let ours = Autogroup::parse(&line)?;
     if ours.nice <= OWN_NICE {
         return None;
     }
-    if let Some(pid) = target {
+    let shared = targets.iter().any(|pid| {
         let theirs = fs::read_to_string(format!("/proc/{pid}/autogroup")).ok();
-        if theirs.as_deref().and_then(Autogroup::parse).map(|a| a.name) == Some(ours.name) {
-            return None;
-        }
+        theirs.as_deref().and_then(Autogroup::parse).map(|a| a.name) == Some(ours.name)
+    });
+    if shared {
+        return None;
     }
     // Fails with EPERM without CAP_SYS_NICE, and with ESRCH where autogroups are off.
     fs::write(AUTOGROUP, OWN_NICE.to_string()).ok()?;
@@ -114,7 +115,7 @@ mod tests {
     fn leaves_a_target_in_its_own_session_alone() {
         // This test process and itself share a session: nothing may change.
         let before = fs::read_to_string(AUTOGROUP).ok();
-        let raised = raise_autogroup(Some(std::process::id()));
+        let raised = raise_autogroup(&[1, std::process::id()]);
         assert_eq!(raised, None);
         assert_eq!(fs::read_to_string(AUTOGROUP).ok(), before);
     }

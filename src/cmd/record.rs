@@ -81,7 +81,7 @@ pub struct RecordOptions {
 }
 
 pub fn run(opts: &RecordOptions) -> Result<()> {
-    let _priority = crate::priority::raise(Some(opts.pid));
+    let _priority = crate::priority::raise(&[opts.pid]);
     let format = match opts.format {
         Some(f) => f,
         None => Format::from_path(&opts.output)?,

@@ -50,7 +50,7 @@ pub struct TopOptions {
 const REFRESH: Duration = Duration::from_secs(1);
 
 pub fn run(opts: &TopOptions) -> Result<()> {
-    let _priority = crate::priority::raise(Some(opts.pid));
+    let _priority = crate::priority::raise(&[opts.pid]);
     if !std::io::stdout().is_terminal() {
         return Err(Error::new(
             ErrorKind::Usage,

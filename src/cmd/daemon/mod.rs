@@ -123,7 +123,7 @@ pub(crate) fn log(line: &str) {
 }
 
 pub fn run(opts: &DaemonOptions) -> Result<()> {
-    let _priority = crate::priority::raise(None);
+    let _priority = crate::priority::raise(&opts.pids);
     if !opts.max_cpu.is_finite() || opts.max_cpu <= 0.0 {
         return Err(Error::new(
             ErrorKind::Usage,
