@@ -69,6 +69,35 @@ fn raise_autogroup(targets: &[u32]) -> Option<i32> {
     Some(ours.nice)
 }
 
+/// What [`raise`] would do beside `target`, for `doctor`: whether jvmperf could keep up with a
+/// busy JVM, and a sentence saying why. `may_raise`: root or CAP_SYS_NICE.
+pub fn describe(target: u32, may_raise: bool) -> (bool, String) {
+    let ours = fs::read_to_string(AUTOGROUP).ok();
+    let theirs = fs::read_to_string(format!("/proc/{target}/autogroup")).ok();
+    let ours = ours.as_deref().and_then(Autogroup::parse);
+    let theirs = theirs.as_deref().and_then(Autogroup::parse);
+    // /proc/self/autogroup exists wherever the kernel has autogroups; they are on only if enabled.
+    let grouped = ours.is_some()
+        && fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled")
+            .is_ok_and(|v| v.trim() == "1");
+    let other_session = grouped && ours.map(|a| a.name) != theirs.map(|a| a.name);
+    match (may_raise, other_session) {
+        (true, true) => (
+            true,
+            format!("nice {OWN_NICE}, and this session's autogroup too while jvmperf runs (autogroups are on and the JVM is in another session)"),
+        ),
+        (true, false) => (true, format!("nice {OWN_NICE}")),
+        (false, true) => (
+            false,
+            format!("nice {} (raising needs root or CAP_SYS_NICE): autogroups are on and the JVM is in another session, so a busy JVM can keep jvmperf off the CPUs for seconds and its rings overflow; run it with sudo", own_nice()),
+        ),
+        (false, false) => (
+            false,
+            format!("nice {} (raising needs root or CAP_SYS_NICE): a JVM of thousands of runnable threads can delay jvmperf and its rings overflow", own_nice()),
+        ),
+    }
+}
+
 impl Drop for RaisedPriority {
     fn drop(&mut self) {
         if let Some(nice) = self.autogroup_before {

@@ -325,6 +325,10 @@ fn another_users_jvm_is_refused_and_our_own_works_without_root() {
     let before = jvm.work_rate(RATE_WINDOW);
     let doctor = as_nobody(&["doctor", "-p", &jvm.pid.to_string()]);
     let report = String::from_utf8_lossy(&doctor.stdout).into_owned();
+    assert!(
+        report.contains("warn priority           nice 0 (raising needs root or CAP_SYS_NICE)"),
+        "{report}"
+    );
     let out = owned.join("own.collapsed");
     let res = record(jvm.pid, &out);
     if report.contains("FAIL perf events") {

@@ -44,6 +44,7 @@ fn own_capabilities() -> u64 {
 
 const CAP_SYS_PTRACE: u32 = 19;
 const CAP_SYS_ADMIN: u32 = 21;
+const CAP_SYS_NICE: u32 = 23;
 const CAP_PERFMON: u32 = 38;
 
 fn has_cap(caps: u64, cap: u32) -> bool {
@@ -338,6 +339,13 @@ pub fn run(pid: u32) -> Result<()> {
     ptrace_checks(&process, &mut checks);
     let jvm = jvm_checks(&process, &mut checks);
     perf_checks(&process, &mut checks);
+    let may_raise = nix::unistd::geteuid().is_root() || has_cap(own_capabilities(), CAP_SYS_NICE);
+    let (ok, detail) = crate::priority::describe(pid, may_raise);
+    checks.push(check(
+        if ok { Verdict::Ok } else { Verdict::Warn },
+        "priority",
+        detail,
+    ));
     namespace_checks(&process, &mut checks);
     if jvm.is_some() {
         debug_info_checks(&process, &mut checks);
