@@ -42,7 +42,7 @@ fn start_contained() -> Contained {
         jvmperf_dir().display(),
         java.display()
     );
-    let child = Command::new("unshare")
+    let mut child = Command::new("unshare")
         .args([
             "--mount",
             "--pid",
@@ -59,6 +59,16 @@ fn start_contained() -> Contained {
         .spawn()
         .expect("unshare (needs root)");
     let parent = child.id();
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().expect("piped stdout");
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            if line.is_ok_and(|l| l.contains("READY")) {
+                let _ = ready_tx.send(());
+            }
+        }
+    });
     let mut contained = Contained { child, jvm_pid: 0 };
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -81,8 +91,11 @@ fn start_contained() -> Contained {
             .next();
         if let Some(jvm_pid) = found {
             contained.jvm_pid = jvm_pid;
-            // Wait for the warm-up to finish (READY is printed after ~2 s).
-            std::thread::sleep(Duration::from_secs(3));
+            // After its warm-up (~2 s; much longer on a loaded machine, where a fixed 3 s wait let
+            // the attach begin in the JVM's start-up and time out).
+            ready
+                .recv_timeout(Duration::from_secs(60))
+                .expect("the contained JVM printed READY");
             return contained;
         }
         assert!(Instant::now() < deadline, "contained JVM did not start");
