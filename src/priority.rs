@@ -1,6 +1,6 @@
 //! jvmperf's own scheduling priority: above the JVM it profiles, where the host allows it (root or
 //! CAP_SYS_NICE), so that the thread draining the ring buffers never waits behind a JVM's
-//! thousands of runnable threads.
+//! thousands of runnable threads, and `dump` never leaves a thread stopped while it waits.
 //!
 //! A nice value alone is not enough where the kernel groups processes by session
 //! (`CONFIG_SCHED_AUTOGROUP`, `kernel.sched_autogroup_enabled=1`, the processes outside any cpu

@@ -71,6 +71,8 @@ struct DumpFrame {
 }
 
 pub fn run(opts: &DumpOptions) -> Result<()> {
+    // Threads stand stopped while jvmperf reads them: it must not wait for a CPU meanwhile.
+    let _priority = crate::priority::raise(&[opts.pid]);
     let dump = take(opts)?;
     if opts.json {
         let text = serde_json::to_string_pretty(&dump).expect("a dump serializes");

@@ -31,6 +31,7 @@ pub struct JitmapOptions {
 }
 
 pub fn run(opts: &JitmapOptions) -> Result<()> {
+    let _priority = crate::priority::raise(&[opts.pid]);
     let mut live = LiveJvm::attach(opts.pid)?;
     let (nmethods, blobs, _) = live.state.replay_done.unwrap_or_default();
     let replay = live.time_to_code_map.saturating_sub(live.time_to_hello);
