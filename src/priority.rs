@@ -52,16 +52,8 @@ pub fn raise(targets: &[u32]) -> RaisedPriority {
 
 /// The autogroup's nice before it was raised, if it was.
 fn raise_autogroup(targets: &[u32]) -> Option<i32> {
-    let line = fs::read_to_string(AUTOGROUP).ok()?;
-    let ours = Autogroup::parse(&line)?;
-    if ours.nice <= OWN_NICE {
-        return None;
-    }
-    let shared = targets.iter().any(|pid| {
-        let theirs = fs::read_to_string(format!("/proc/{pid}/autogroup")).ok();
-        theirs.as_deref().and_then(Autogroup::parse).map(|a| a.name) == Some(ours.name)
-    });
-    if shared {
+    let ours = Autogroup::of("self")?;
+    if ours.nice <= OWN_NICE || targets.iter().any(|&pid| ours.holds(pid)) {
         return None;
     }
     // Fails with EPERM without CAP_SYS_NICE, and with ESRCH where autogroups are off.
@@ -72,15 +64,10 @@ fn raise_autogroup(targets: &[u32]) -> Option<i32> {
 /// What [`raise`] would do beside `target`, for `doctor`: whether jvmperf could keep up with a
 /// busy JVM, and a sentence saying why. `may_raise`: root or CAP_SYS_NICE.
 pub fn describe(target: u32, may_raise: bool) -> (bool, String) {
-    let ours = fs::read_to_string(AUTOGROUP).ok();
-    let theirs = fs::read_to_string(format!("/proc/{target}/autogroup")).ok();
-    let ours = ours.as_deref().and_then(Autogroup::parse);
-    let theirs = theirs.as_deref().and_then(Autogroup::parse);
     // /proc/self/autogroup exists wherever the kernel has autogroups; they are on only if enabled.
-    let grouped = ours.is_some()
-        && fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled")
-            .is_ok_and(|v| v.trim() == "1");
-    let other_session = grouped && ours.map(|a| a.name) != theirs.map(|a| a.name);
+    let enabled = fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled")
+        .is_ok_and(|v| v.trim() == "1");
+    let other_session = enabled && Autogroup::of("self").is_some_and(|ours| !ours.holds(target));
     match (may_raise, other_session) {
         (true, true) => (
             true,
@@ -108,18 +95,28 @@ impl Drop for RaisedPriority {
 
 /// One line of `/proc/<pid>/autogroup`: `/autogroup-97 nice 0`.
 #[derive(Debug, PartialEq)]
-struct Autogroup<'a> {
-    name: &'a str,
+struct Autogroup {
+    name: String,
     nice: i32,
 }
 
-impl<'a> Autogroup<'a> {
-    fn parse(line: &'a str) -> Option<Autogroup<'a>> {
+impl Autogroup {
+    /// The autogroup of `/proc/<process>` (a pid, or `self`).
+    fn of(process: &str) -> Option<Autogroup> {
+        Autogroup::parse(&fs::read_to_string(format!("/proc/{process}/autogroup")).ok()?)
+    }
+
+    fn parse(line: &str) -> Option<Autogroup> {
         let mut words = line.split_whitespace();
-        let name = words.next()?;
+        let name = words.next()?.to_string();
         (words.next()? == "nice").then_some(())?;
         let nice = words.next()?.parse().ok()?;
         Some(Autogroup { name, nice })
+    }
+
+    /// Whether process `pid` is in this autogroup (in the same session).
+    fn holds(&self, pid: u32) -> bool {
+        Autogroup::of(&pid.to_string()).is_some_and(|theirs| theirs.name == self.name)
     }
 }
 
@@ -132,7 +129,7 @@ mod tests {
         assert_eq!(
             Autogroup::parse("/autogroup-97 nice -10\n"),
             Some(Autogroup {
-                name: "/autogroup-97",
+                name: "/autogroup-97".into(),
                 nice: -10
             })
         );

@@ -105,12 +105,6 @@ fn check(
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// One of these JVMs at a time: each keeps both cores busy.
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn tempfile_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "jvmperf-many-threads-{name}-{}",

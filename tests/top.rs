@@ -108,12 +108,6 @@ fn top_then_quit(tmux: &Tmux, pid: u32, options: &str, method: &str, quit_keys: 
     }
 }
 
-/// One test at a time: the 3000-thread JVM keeps both cores busy.
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 #[test]
 fn top_shows_the_hot_method_and_quits_cleanly_on_q_and_ctrl_c() {
     let _turn = one_at_a_time();

@@ -170,6 +170,13 @@ impl Jvm {
 }
 
 /// `java` from the test JDK running `class` from `cp`.
+/// One test of the binary at a time, for tests whose JVM keeps both cores busy (a guard per test;
+/// a test that panicked does not poison it for the rest).
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 pub fn java_command(cp: &Path, jvm_flags: &[&str], class: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(java_home().join("bin/java"));
     cmd.args(jvm_flags).arg("-cp").arg(cp).arg(class).args(args);
