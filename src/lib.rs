@@ -2,7 +2,7 @@
 
 pub(crate) mod attach;
 pub mod calltree;
-pub(crate) mod cli;
+pub mod cli;
 pub mod cmd;
 pub(crate) mod engine;
 pub mod error;

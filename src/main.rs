@@ -6,7 +6,7 @@ use std::path::PathBuf;
 #[derive(Parser)]
 #[command(
     name = "jvmperf",
-    version,
+    version = jvmperf::cli::VERSION,
     about = "Sampling profiler for running HotSpot JVMs"
 )]
 struct Cli {

@@ -93,6 +93,45 @@ impl Drop for RaisedPriority {
     }
 }
 
+/// The calling thread in the real-time class (SCHED_FIFO, the lowest priority) while this lives,
+/// where allowed: as `perf record --realtime` offers. A nice value is not enough beside a JVM of
+/// hundreds of runnable threads on a small host: at nice -10 the draining thread got ~2% of a CPU
+/// there, was off the CPUs for over a second at a time, and the rings (~1 s of samples)
+/// overflowed. Its work is bounded (drain, walk, count), so it cannot hold a CPU for long.
+/// Threads it starts meanwhile get the normal class (`SCHED_RESET_ON_FORK`, sched(7)) and take
+/// jvmperf's nice back with [`take_own_nice`].
+#[must_use = "the thread leaves the real-time class when this is dropped"]
+pub struct RealTime {
+    raised: bool,
+}
+
+pub fn real_time() -> RealTime {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: sched_setscheduler on the calling thread (0) with a valid sched_param; it fails
+    // with EPERM without CAP_SYS_NICE or an RLIMIT_RTPRIO, and then nothing changes.
+    let raised = unsafe {
+        libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param) == 0
+    };
+    RealTime { raised }
+}
+
+impl Drop for RealTime {
+    fn drop(&mut self) {
+        if self.raised {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: as in `real_time`; back to the normal class, its nice value kept.
+            unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
+        }
+    }
+}
+
+/// A thread started by one in the real-time class starts at nice 0 (`SCHED_RESET_ON_FORK` resets
+/// a negative nice): it takes jvmperf's back where allowed.
+pub fn take_own_nice() {
+    // SAFETY: setpriority on this thread's own tid with integer arguments only.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, OWN_NICE) };
+}
+
 /// One line of `/proc/<pid>/autogroup`: `/autogroup-97 nice 0`.
 #[derive(Debug, PartialEq)]
 struct Autogroup {

@@ -24,7 +24,7 @@ const PHASES: [&str; 4] = [
     "bench.Phases.jniPhase",
     "bench.Phases.recursivePhase",
 ];
-/// Where speedscope's npm package is (scripts/setup-debian.sh installs it there).
+/// Where speedscope's npm package is (scripts/setup-debian.sh --tests installs it there).
 const SPEEDSCOPE: &str = "/opt/jvmperf-npm/node_modules/speedscope/dist/release";
 
 /// The recording and what the test knows of it.
@@ -131,10 +131,9 @@ fn chromedriver() -> &'static str {
                 Err(e) => started.send(Err(e)).unwrap(),
             }
         });
-        spawned
-            .recv()
-            .unwrap()
-            .expect("chromedriver (apt-get install chromium-driver, see scripts/setup-debian.sh)");
+        spawned.recv().unwrap().expect(
+            "chromedriver (apt-get install chromium-driver, see scripts/setup-debian.sh --tests)",
+        );
         let start = Instant::now();
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(
@@ -638,7 +637,7 @@ async fn speedscope_opens_the_export() {
     let rec = recorded();
     assert!(
         Path::new(SPEEDSCOPE).join("index.html").exists(),
-        "speedscope's npm package is missing at {SPEEDSCOPE}: run scripts/setup-debian.sh"
+        "speedscope's npm package is missing at {SPEEDSCOPE}: run scripts/setup-debian.sh --tests"
     );
     // speedscope and the profile, served from one directory.
     let site = rec.dir.join("speedscope");

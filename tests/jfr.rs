@@ -20,7 +20,7 @@ const PHASES_FLAGS: [&str; 3] = [
     "-XX:CompileCommand=exclude,bench.Phases::interpretedPhase",
 ];
 
-/// JDK homes to check with: 17, and 21 and 25 where installed (scripts/setup-debian.sh does).
+/// JDK homes to check with: 17, and 21 and 25 where installed (scripts/setup-debian.sh --tests does).
 fn jdk_homes() -> Vec<PathBuf> {
     let mut homes = vec![java_home()];
     for major in [21, 25] {
@@ -245,7 +245,7 @@ struct JdkRecording {
 fn jdk_recording(home: &Path, dir: &Scratch, name: &str, jfc: &str) -> JdkRecording {
     assert!(
         home.join("bin/java").is_file(),
-        "no JDK at {}: run scripts/setup-debian.sh",
+        "no JDK at {}: run scripts/setup-debian.sh --tests",
         home.display()
     );
     let settings = dir.path(&format!("{name}.jfc"));

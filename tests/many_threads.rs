@@ -132,7 +132,7 @@ fn a_3000_thread_jvm_is_sampled_in_proportion_per_cpu() {
 /// drawn at random (with a full first period they would be sampled about never), and because the
 /// window starts once every thread has its event. Coverage stays a few points short: a per-thread
 /// event's timer stops while it is cancelled and restarted at each of the ~15,000 switches a
-/// second here, time its own count includes (the kernel sampled 94% of it, see the README).
+/// second here, time its own count includes (the kernel sampled 94% of it, see docs/sampling.md).
 #[test]
 fn a_3000_thread_jvm_is_sampled_in_proportion_per_thread() {
     let _turn = one_at_a_time();

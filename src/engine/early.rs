@@ -43,7 +43,10 @@ impl Early {
     pub fn attach(&mut self, pid: u32) -> Result<LiveJvm> {
         let attach = std::thread::Builder::new()
             .name("jvmperf-attach".into())
-            .spawn(move || LiveJvm::attach(pid))
+            .spawn(move || {
+                crate::priority::take_own_nice();
+                LiveJvm::attach(pid)
+            })
             .map_err(|e| {
                 crate::error::Error::new(ErrorKind::Attach, format!("cannot start the attach: {e}"))
             })?;

@@ -298,7 +298,6 @@ impl Engine {
             None => Collected::default(),
         };
         let period_ns = 1_000_000_000 / opts.frequency_hz.max(1);
-        collected.wall = opts.wall.map(|_| wall::OffCpu::new(period_ns));
         let (sampler, started, start_ns, cpu_at_start, held) = match early {
             Some(e) => (e.sampler, e.started, e.start_ns, e.cpu_at_start, e.held),
             None => {
@@ -320,7 +319,9 @@ impl Engine {
                 (sampler, Instant::now(), start_ns, cpu, Vec::new())
             }
         };
-        if opts.wall.is_some() && sampler.strategy().kind == Sampling::PerCpu {
+        let per_cpu = sampler.strategy().kind == Sampling::PerCpu;
+        collected.wall = opts.wall.map(|_| wall::OffCpu::new(period_ns, per_cpu));
+        if opts.wall.is_some() && per_cpu {
             collected.off_cpu_reads = Some(off_cpu_reads::OffCpuReads::new(
                 opts.pid,
                 period_ns,

@@ -164,6 +164,10 @@ impl OffCpuReads {
         time: u64,
         walk: &mut dyn FnMut(&Sample<'_>) -> RawSample,
     ) -> Back {
+        // A switch-in older than the wait was written late: the wait is not over.
+        if self.waiting.get(&tid).is_none_or(|w| w.time > time) {
+            return Back::Nothing;
+        }
         let Some(w) = self.waiting.remove(&tid) else {
             return Back::Nothing;
         };

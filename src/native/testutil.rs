@@ -80,7 +80,7 @@ impl SleepingJvm {
         for tool in [&java, &javac] {
             if !tool.exists() {
                 eprintln!(
-                    "skipping: {} is not installed (scripts/setup-debian.sh)",
+                    "skipping: {} is not installed (scripts/setup-debian.sh --tests)",
                     tool.display()
                 );
                 return None;

@@ -269,7 +269,7 @@ pub fn go() -> PathBuf {
         .into_iter()
         .chain([PathBuf::from("/usr/lib/go/bin/go")])
         .find(|p| p.is_file())
-        .expect("Go's pprof is needed: install golang-go (scripts/setup-debian.sh)")
+        .expect("Go's pprof is needed: install golang-go (scripts/setup-debian.sh --tests)")
 }
 
 /// Cumulative per-key values at `t`, interpolated between the app's `GT <nanoTime> key=value …`

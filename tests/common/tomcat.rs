@@ -70,7 +70,7 @@ impl Tomcat {
             || !Path::new(EXAMPLES).exists()
         {
             return Err(format!(
-                "Tomcat 10 is not installed at {CATALINA_HOME} with its examples at {EXAMPLES}: run scripts/setup-debian.sh (apt-get install tomcat10 tomcat10-examples wrk)"
+                "Tomcat 10 is not installed at {CATALINA_HOME} with its examples at {EXAMPLES}: run scripts/setup-debian.sh --tests (apt-get install tomcat10 tomcat10-examples wrk)"
             ));
         }
         let base = dir.join("catalina-base");

@@ -53,7 +53,9 @@ fn load(page: &Path) -> Result<(f64, f64)> {
         ])
         .arg(format!("file://{}", page.display()))
         .output()
-        .context("running chromium (apt-get install chromium, see scripts/setup-debian.sh)")?;
+        .context(
+            "running chromium (apt-get install chromium, see scripts/setup-debian.sh --tests)",
+        )?;
     let dom = String::from_utf8_lossy(&out.stdout);
     let attr = |name: &str| -> Option<f64> {
         let at = dom.find(&format!("{name}=\""))? + name.len() + 2;
