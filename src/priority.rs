@@ -41,12 +41,23 @@ pub struct RaisedPriority {
 /// `targets` (the JVMs it was asked to profile) is in the same session: raising a target along
 /// with jvmperf would change what is measured. Without the privilege nothing changes.
 pub fn raise(targets: &[u32]) -> RaisedPriority {
+    raise_nice();
+    RaisedPriority {
+        autogroup_before: raise_autogroup(targets),
+    }
+}
+
+/// Raises this process's priority to [`OWN_NICE`], and not its session's autogroup: for the
+/// daemon, which finds JVMs as it runs, some of them perhaps in its own session, where raising
+/// the autogroup would raise them too and change what is measured.
+pub fn raise_process_only() {
+    raise_nice();
+}
+
+fn raise_nice() {
     if own_nice() > OWN_NICE {
         // SAFETY: setpriority with integer arguments only; for the calling thread (0).
         unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, OWN_NICE) };
-    }
-    RaisedPriority {
-        autogroup_before: raise_autogroup(targets),
     }
 }
 

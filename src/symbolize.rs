@@ -345,6 +345,9 @@ impl<M: TargetMemory> Symbolizer<M> {
                 };
                 out.push(id);
             }
+            RawFrame::Allocated { ref class } => {
+                out.push(profile.intern_frame(Frame::named(&**class, FrameKind::Allocated)));
+            }
             RawFrame::Native { pc, return_address } => {
                 let key = (pc, return_address);
                 if let Some(&(start, n)) = self.native_cache.get(&key) {

@@ -41,6 +41,10 @@ pub enum RawFrame {
         pc: u64,
         blob: Arc<str>,
     },
+    /// The class of the object an allocation sample allocated, its leaf (see `engine::alloc`).
+    Allocated {
+        class: Arc<str>,
+    },
 }
 
 /// The Java methods at a pc of compiled code: (`Method*`, bci), innermost first, the nmethod's

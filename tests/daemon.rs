@@ -179,6 +179,9 @@ fn daemon_profiles_every_matching_jvm_per_interval_and_flushes_on_sigterm() {
         assert!(line.contains(key), "{key} not in {line}");
     }
     assert!(log.contains("rss_kib="), "{log}");
+    // Per CPU, the rings' losses are the host's, said apart from each JVM's own.
+    let head = log.lines().rfind(|l| l.contains("status jvms=")).unwrap();
+    assert!(head.contains(" host_lost="), "{head}");
 
     let files_before_stop = files_of(&dir, before.pid).len();
     let mut daemon = daemon;
@@ -239,6 +242,8 @@ fn daemon_profiles_every_matching_jvm_per_interval_and_flushes_on_sigterm() {
             "jdk:[".to_string(),
             "host:[".to_string(),
             "rate_hz=19".to_string(),
+            // Per CPU, the rings' losses, of every process on the host.
+            " host_lost=".to_string(),
             "Duration: ".to_string(),
             "Time: ".to_string(),
             "bench.InlineHot.hotLoop".to_string(),
@@ -285,6 +290,132 @@ fn daemon_profiles_every_matching_jvm_per_interval_and_flushes_on_sigterm() {
         .unwrap_or_else(|| panic!("no rate in {}:\n{raw}", newest.display()));
     assert!(rate < 19, "rate {rate} in {}", newest.display());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// In a pid namespace of its own (the test forces pid reuse there with `ns_last_pid`, as a
+/// busy host does by itself): a JVM is killed while profiled and another program's JVM is
+/// started at once on its pid, while the first one's last interval still waits for native
+/// symbols. The first one's engine ends, the new one gets its intervals, and neither JVM's
+/// files hold the other's frames.
+const PID_REUSE: &str = r#"
+set -u
+dir=$1 jvmperf=$2 java=$3 cp=$4 marker=$5
+# A symbol cache of its own, cold: the killed JVM's last interval waits for it while the new
+# JVM is found.
+export JVMPERF_CACHE_DIR=$dir/cache
+now() { date +%s.%N; }
+"$jvmperf" daemon --dir "$dir" --interval 2 --format collapsed --match="$marker" \
+    --max-cpu 100 2>"$dir.log" &
+daemon=$!
+"$java" "$marker" -cp "$cp" bench.InlineHot >/dev/null 2>&1 &
+old=$!
+for _ in $(seq 600); do
+    kill -0 $daemon || break
+    grep -q "profiling JVM $old (bench.InlineHot" "$dir.log" && break
+    sleep 0.1
+done
+sleep 1
+kill -9 $old
+wait $old 2>/dev/null
+# Killed, it left its attach socket, in the way of the next JVM of its pid.
+rm -f /tmp/.java_pid$old
+# The JVM's own threads take pids too: try again until the new JVM got the old pid.
+for _ in $(seq 20); do
+    echo $((old - 1)) >/proc/sys/kernel/ns_last_pid
+    "$java" "$marker" -cp "$cp" bench.Phases >/dev/null 2>&1 &
+    new=$!
+    [ $new = $old ] && break
+    kill -9 $new
+    wait $new 2>/dev/null
+done
+echo "old=$old new=$new"
+for _ in $(seq 240); do
+    kill -0 $daemon || break
+    grep -q "profiling JVM $new (bench.Phases" "$dir.log" && break
+    sleep 0.1
+done
+echo "profiled=$(now)"
+sleep 20
+echo "stopped=$(now)"
+kill -TERM $daemon
+wait $daemon
+kill -9 $new
+"#;
+
+#[test]
+fn a_jvm_given_the_pid_of_one_that_exited_gets_its_intervals() {
+    let dir = workspace()
+        .join("target/tmp")
+        .join(format!("jvmperf-pid-reuse-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let marker = format!("-Djvmperf.pid.reuse.test={}", std::process::id());
+    let out = Command::new("unshare")
+        .args([
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "bash",
+            "-c",
+            PID_REUSE,
+            "bash",
+        ])
+        .arg(&dir)
+        .arg(env!("CARGO_BIN_EXE_jvmperf"))
+        .arg(java_home().join("bin/java"))
+        .arg(bench_classes())
+        .arg(&marker)
+        .output()
+        .expect("run unshare");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let log = std::fs::read_to_string(dir.with_extension("log")).unwrap_or_default();
+    let value = |key: &str| -> f64 {
+        let found = stdout
+            .lines()
+            .flat_map(|l| l.split(' '))
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok());
+        found.unwrap_or_else(|| panic!("no {key} in {stdout}\n{}\n{log}", stderr_of(&out)))
+    };
+    let (old, new) = (value("old") as u32, value("new") as u32);
+    assert_eq!(old, new, "the new JVM did not get the old pid: {stdout}");
+    let files = |name: &str| -> Vec<String> {
+        let jvm_dir = dir.join(format!("{name}-{old}"));
+        let mut files: Vec<_> = std::fs::read_dir(&jvm_dir)
+            .into_iter()
+            .flatten()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        files
+            .iter()
+            .map(|f| std::fs::read_to_string(f).unwrap())
+            .collect()
+    };
+    let old_files = files("bench.InlineHot");
+    let new_files = files("bench.Phases");
+    assert!(
+        log.contains(&format!("stopped profiling JVM {old} (bench.InlineHot)")),
+        "{log}"
+    );
+    // Every interval of the new JVM from its first: 20 s of 2 s intervals and the last one.
+    let due = ((value("stopped") - value("profiled")) / 2.0).floor();
+    eprintln!("{} intervals of the new JVM, {due} due", new_files.len());
+    assert!(
+        new_files.len() as f64 >= 0.9 * due,
+        "{} intervals of the new JVM where {due} were due; log:\n{log}",
+        new_files.len()
+    );
+    for (files, own, other) in [
+        (&old_files, "bench.InlineHot", "bench.Phases"),
+        (&new_files, "bench.Phases", "bench.InlineHot"),
+    ] {
+        assert!(!files.is_empty(), "no files of {own}: {log}");
+        for text in files {
+            assert!(!text.contains(other), "{other} in a file of {own}:\n{text}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    let _ = std::fs::remove_file(dir.with_extension("log"));
 }
 
 /// One HTTP request as the receiver got it.

@@ -181,8 +181,9 @@ pub fn run(opts: &ConvertOptions) -> Result<()> {
         &opts.output,
     )?;
     eprintln!(
-        "jvmperf: {} samples of {} written to {} ({})",
+        "jvmperf: {} {} of {} written to {} ({})",
         profile.total_weight(),
+        profile.clock.unit(),
         rec.path.display(),
         opts.output.display(),
         format.name()

@@ -242,6 +242,7 @@ fn kind_name(kind: FrameKind) -> &'static str {
         FrameKind::Kernel => "kernel",
         FrameKind::Stub => "stub",
         FrameKind::Thread => "thread",
+        FrameKind::Allocated => "allocated class",
     }
 }
 

@@ -1,7 +1,8 @@
 //! `jvmperf record`: run the recording engine on one JVM for a duration (or until Ctrl-C / SIGTERM
 //! / the target's exit), then write the profile in the format asked for and a summary.
 
-use crate::engine::{Agent, Engine, EngineOptions, Recording, Wall};
+use crate::engine::alloc::AllocOptions;
+use crate::engine::{Agent, Engine, EngineOptions, Recording, SampledEvents, Wall};
 use crate::error::{Error, ErrorKind, Result};
 use crate::output::{self, Format, OutputOptions, SampleSpill};
 use crate::profile::WallInterval;
@@ -48,14 +49,23 @@ pub struct RecordOptions {
     /// Add the thread name as each stack's root frame.
     #[arg(long)]
     pub threads: bool,
-    /// Wall-clock time: every thread counts at the rate whether it runs or not, so sleeping,
-    /// parking, lock waits, I/O and waiting for a CPU show with their share of the time (per CPU
-    /// the stacks of waiting threads are read from outside; per thread each context switch costs
-    /// the thread a stack sample; see the README).
+    /// What to sample: CPU time; wall-clock time (as --wall); or allocations (bytes allocated,
+    /// by stack and class allocated: uprobes on libjvm's allocation tracer, per thread; needs
+    /// libjvm's symbols, and root or CAP_PERFMON).
+    #[arg(short = 'e', long = "event", value_enum, default_value = "cpu")]
+    pub event: Event,
+    /// With -e alloc: a sample every this many TLAB refills or allocations outside a TLAB.
+    #[arg(short = 'c', long = "period", value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub period: u64,
+    /// Wall-clock time (-e wall): every thread counts at the rate whether it runs or not, so
+    /// sleeping, parking, lock waits, I/O and waiting for a CPU show with their share of the time
+    /// (per CPU the stacks of waiting threads are read from outside; per thread each context
+    /// switch costs the thread a stack sample; see docs/wall-clock.md).
     #[arg(long)]
     pub wall: bool,
-    /// With --wall, keep threads that were blocked for the whole recording.
-    #[arg(long, requires = "wall")]
+    /// With -e wall, keep threads that were blocked for the whole recording.
+    #[arg(long)]
     pub idle: bool,
     /// Include kernel frames (needs perf_event_paranoid <= 1 or CAP_PERFMON).
     #[arg(long)]
@@ -80,12 +90,54 @@ pub struct RecordOptions {
     pub status_every: Option<Duration>,
 }
 
+/// What `record` samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Event {
+    Cpu,
+    Wall,
+    Alloc,
+}
+
+impl RecordOptions {
+    /// The event asked for, `--wall` being `-e wall`.
+    fn event(&self) -> Result<Event> {
+        let event = match (self.wall, self.event) {
+            (true, Event::Cpu | Event::Wall) => Event::Wall,
+            (true, other) => {
+                return Err(Error::new(
+                    ErrorKind::Usage,
+                    format!("--wall is -e wall: it cannot go with -e {other:?}").to_lowercase(),
+                ))
+            }
+            (false, event) => event,
+        };
+        if self.idle && event != Event::Wall {
+            return Err(Error::new(ErrorKind::Usage, "--idle goes with -e wall"));
+        }
+        if self.period != 1 && event != Event::Alloc {
+            return Err(Error::new(
+                ErrorKind::Usage,
+                "-c goes with -e alloc: CPU and wall-clock time are sampled at -F HZ",
+            ));
+        }
+        Ok(event)
+    }
+}
+
 pub fn run(opts: &RecordOptions) -> Result<()> {
+    let event = opts.event()?;
     let _priority = crate::priority::raise(&[opts.pid]);
     let format = match opts.format {
         Some(f) => f,
         None => Format::from_path(&opts.output)?,
     };
+    if event == Event::Alloc && format == Format::Jfr {
+        return Err(Error::new(
+            ErrorKind::Usage,
+            "allocation profiles are not written as JFR yet: write .pb.gz, .html, .svg, \
+             .collapsed, .speedscope.json or .jvmperf",
+        ));
+    }
     output::check_writable(&opts.output)?;
     crate::interrupt::install()?;
     let spill = (format == Format::Raw)
@@ -96,25 +148,33 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             )
         })
         .transpose()?;
+    let sampled = SampledEvents {
+        alloc: (event == Event::Alloc).then_some(AllocOptions {
+            period: opts.period,
+        }),
+    };
     let real_time = crate::priority::real_time();
-    let mut engine = Engine::start(EngineOptions {
-        pid: opts.pid,
-        frequency_hz: opts.frequency_hz,
-        stack_size: opts.stack_size,
-        max_stacks: opts.max_stacks as usize,
-        kernel: opts.kernel,
-        precise_inlining: opts.precise_inlining,
-        spill,
-        agent: if opts.no_agent {
-            Agent::Off
-        } else {
-            Agent::Fallback
+    let mut engine = Engine::start_events(
+        EngineOptions {
+            pid: opts.pid,
+            frequency_hz: opts.frequency_hz,
+            stack_size: opts.stack_size,
+            max_stacks: opts.max_stacks as usize,
+            kernel: opts.kernel,
+            precise_inlining: opts.precise_inlining,
+            spill,
+            agent: if opts.no_agent {
+                Agent::Off
+            } else {
+                Agent::Fallback
+            },
+            keep_sample_times: false,
+            wall: (event == Event::Wall).then_some(Wall { idle: opts.idle }),
+            sampling: opts.sampling,
+            host: None,
         },
-        keep_sample_times: false,
-        wall: opts.wall.then_some(Wall { idle: opts.idle }),
-        sampling: opts.sampling,
-        host: None,
-    })?;
+        sampled,
+    )?;
     if let Some(why) = engine.agentless() {
         eprintln!(
             "jvmperf: profiling JVM {} without the agent ({why}): compiled frames and the methods \
@@ -173,12 +233,16 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         return Err(Error::new(
             ErrorKind::Sampling,
             format!(
-                "no samples were collected from JVM {}{} (is it idle?)",
+                "no samples were collected from JVM {}{} ({})",
                 opts.pid,
                 recording
                     .ended
                     .map(|e| format!(": {e}"))
-                    .unwrap_or_default()
+                    .unwrap_or_default(),
+                match event {
+                    Event::Alloc => "does it allocate? a smaller -c samples more often",
+                    _ => "is it idle?",
+                }
             ),
         ));
     }
@@ -206,8 +270,9 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
 
 fn print_summary(opts: &RecordOptions, r: &Recording, naming_took: Duration) {
     eprintln!(
-        "jvmperf: {} samples in {:.1} s written to {} ({:.1} s after sampling ended) — {:.1}% unwound to a thread root, {} lost, {} compiled frames unresolved by the code map",
+        "jvmperf: {} {} in {:.1} s written to {} ({:.1} s after sampling ended) — {:.1}% unwound to a thread root, {} lost, {} compiled frames unresolved by the code map",
         r.samples,
+        r.profile.clock.unit(),
         r.sampled_for.as_secs_f64(),
         opts.output.display(),
         naming_took.as_secs_f64(),
@@ -240,7 +305,29 @@ fn print_summary(opts: &RecordOptions, r: &Recording, naming_took: Duration) {
         r.debug_info_cpu.as_secs_f64(),
         r.symbol_caches
     );
-    eprintln!("jvmperf: {}", r.strategy.describe());
+    if r.alloc.is_none() {
+        eprintln!("jvmperf: {}", r.strategy.describe());
+    }
+    if let Some(a) = &r.alloc {
+        let unnamed = match a.unnamed {
+            0 => String::new(),
+            n => format!("; {n} samples without their class (unreadable Klass*)"),
+        };
+        eprintln!(
+            "jvmperf: alloc: {}: {:.1} MiB allocated in {} samples ({} at TLAB refills, {} outside TLABs){unnamed}",
+            a.mechanism,
+            a.bytes as f64 / f64::from(1 << 20),
+            a.samples[0] + a.samples[1],
+            a.samples[0],
+            a.samples[1]
+        );
+        if r.stats.lost > 0 {
+            eprintln!(
+                "jvmperf: alloc: {} samples were lost (ring buffers full) and their bytes are missing: a larger -c samples fewer hits",
+                r.stats.lost
+            );
+        }
+    }
     if let Some(line) = coverage_line(r) {
         eprintln!("jvmperf: {line}");
     }
@@ -407,5 +494,36 @@ pub(crate) fn own_memory_kib() -> impl Fn(&str) -> u64 {
             _ => None,
         }
         .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        record: RecordOptions,
+    }
+
+    fn event(args: &[&str]) -> Result<Event> {
+        let cli = Cli::try_parse_from(["record", "-p", "1"].iter().chain(args)).unwrap();
+        cli.record.event()
+    }
+
+    #[test]
+    fn wall_is_an_alias_of_e_wall_and_c_goes_with_alloc() {
+        assert_eq!(event(&[]).unwrap(), Event::Cpu);
+        assert_eq!(event(&["--wall", "--idle"]).unwrap(), Event::Wall);
+        assert_eq!(event(&["-e", "wall", "--idle"]).unwrap(), Event::Wall);
+        assert_eq!(event(&["-e", "alloc", "-c", "10"]).unwrap(), Event::Alloc);
+        assert_eq!(event(&["--event", "alloc"]).unwrap(), Event::Alloc);
+        assert!(event(&["--wall", "-e", "alloc"]).is_err());
+        assert!(event(&["-e", "alloc", "--idle"]).is_err());
+        assert!(event(&["-c", "10"]).is_err());
+        assert!(Cli::try_parse_from(["record", "-p", "1", "-e", "nosuch"]).is_err());
+        assert!(Cli::try_parse_from(["record", "-p", "1", "-e", "alloc", "-c", "0"]).is_err());
     }
 }

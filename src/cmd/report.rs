@@ -174,9 +174,10 @@ pub fn render(rec: &Recording, opts: &ReportOptions) -> String {
     let p = &rec.profile;
     let mut out = String::new();
     let (all, total) = rows(p, opts.sort, |_| true);
+    let unit = p.clock.unit();
     let _ = write!(
         out,
-        "{}: {} ({}), {total} samples",
+        "{}: {} ({}), {total} {unit}",
         rec.path.display(),
         rec.format.name(),
         if opts.sort == SortBy::Total {
@@ -213,7 +214,7 @@ pub fn render(rec: &Recording, opts: &ReportOptions) -> String {
         for (tid, n) in per_thread {
             let _ = writeln!(
                 out,
-                "\nthread {} (tid {tid}): {n} samples",
+                "\nthread {} (tid {tid}): {n} {unit}",
                 p.thread_name(tid)
             );
             let (thread_rows, thread_total) = rows(p, opts.sort, |s| s.tid == tid);

@@ -1,6 +1,7 @@
 //! Walked samples waiting to be named: raw stacks interned (raw frames are stable per code
 //! address; names depend on time) and the samples that point at them.
 
+use super::alloc::AllocSource;
 use super::off_cpu_reads::{Back, OffCpuReads};
 use super::wall::OffCpu;
 use crate::hotspot::scopes::ScopeLayout;
@@ -19,7 +20,8 @@ pub(super) struct RawSample {
     pub stack: u32,
     pub kernel: Vec<u64>,
     pub in_kernel: bool,
-    /// Periods it counts for: 1 on a CPU, the periods spent off one in wall-clock mode.
+    /// Periods it counts for: 1 on a CPU, the periods spent off one in wall-clock mode; bytes
+    /// for an allocation.
     pub weight: u64,
 }
 
@@ -39,6 +41,8 @@ pub(super) struct Collected {
     pub wall: Option<OffCpu>,
     /// Per-CPU wall-clock mode: their stacks, read from outside.
     pub off_cpu_reads: Option<OffCpuReads>,
+    /// Allocation samples: their class leaves and byte weights.
+    pub alloc: Option<AllocSource>,
 }
 
 /// Decoded debug info of compiled code, by (pc, is a return address), until the code changes.
@@ -71,6 +75,13 @@ impl Collected {
 
     /// A sample (or, in wall-clock mode, a thread's switch) from the sampler.
     pub fn add(&mut self, walker: &mut StackWalker, s: &Sample<'_>) {
+        if let Some(alloc) = self.alloc.as_mut() {
+            if let Some((leaf, weight)) = alloc.weigh(s) {
+                let raw = self.walk_under(walker, s, leaf);
+                self.samples.push(RawSample { weight, ..raw });
+            }
+            return;
+        }
         if self.wall.is_none() {
             let raw = self.walk(walker, s);
             self.samples.push(raw);
@@ -178,9 +189,22 @@ impl Collected {
     }
 
     fn walk(&mut self, walker: &mut StackWalker, s: &Sample<'_>) -> RawSample {
+        self.walk_under(walker, s, None)
+    }
+
+    /// Walks `s`, and puts `leaf` (if any) under its innermost frame.
+    fn walk_under(
+        &mut self,
+        walker: &mut StackWalker,
+        s: &Sample<'_>,
+        leaf: Option<RawFrame>,
+    ) -> RawSample {
         let mut walk = walker.walk(&s.regs, s.stack);
         if let Some(scopes) = self.scopes.as_mut() {
             scopes.decode(walker, &mut walk.frames);
+        }
+        if let Some(leaf) = leaf {
+            walk.frames.insert(0, leaf);
         }
         self.walked += 1;
         self.rooted += u64::from(walk.rooted);

@@ -8,6 +8,7 @@
 //! A long-running user (the daemon) takes the profile of each interval on the way with
 //! [`Engine::take_interval`].
 
+pub mod alloc;
 mod collect;
 mod early;
 mod naming;
@@ -112,6 +113,8 @@ pub struct Engine {
     interval_start_ns: u64,
     interval_base: SamplerStats,
     wall: Option<Wall>,
+    /// Allocation samples: the profile's weights are bytes.
+    alloc: bool,
     /// The target's CPU time, for the coverage of the samples.
     cpu_time: CpuTime,
     /// Thread names read from /proc when a thread was first sampled (it may end before the
@@ -141,6 +144,9 @@ struct CpuTime {
     last: Option<u64>,
     read: Instant,
 }
+
+/// Allocation samples per second of a busy thread the rings are sized for.
+const ALLOC_RING_RATE_HZ: u64 = 1000;
 
 /// Names of newly sampled threads read from /proc per turn.
 const COMMS_PER_TURN: usize = 64;
@@ -178,6 +184,13 @@ pub struct WallSummary {
     pub stacks: Option<OffCpuStackStats>,
 }
 
+/// Which events an engine samples besides its options' CPU or wall-clock time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SampledEvents {
+    /// Allocations (uprobes) instead of CPU time.
+    pub alloc: Option<alloc::AllocOptions>,
+}
+
 /// A finished recording: the named profile and what the summary reports about it.
 pub struct Recording {
     pub profile: Profile,
@@ -201,6 +214,8 @@ pub struct Recording {
     /// Why the ring buffers are smaller than a busy thread needs, when they are.
     pub ring_note: Option<String>,
     pub wall: Option<WallSummary>,
+    /// `-e alloc`: how it sampled, and what.
+    pub alloc: Option<alloc::AllocSummary>,
     pub spill: Option<SampleSpill>,
     pub ended: Option<String>,
     /// Samples taken on a CPU against what the target's CPU time predicts.
@@ -246,20 +261,37 @@ impl Engine {
     /// Check permissions (a probe event for sampling), attach, and open the perf events: per CPU
     /// for a CPU profile before the attach, else after it.
     pub fn start(opts: EngineOptions) -> Result<Self> {
+        Self::start_events(opts, SampledEvents::default())
+    }
+
+    /// [`Engine::start`], sampling `sampled` (allocations instead of CPU time).
+    pub fn start_events(opts: EngineOptions, sampled: SampledEvents) -> Result<Self> {
         // Permissions first: a user who may not read or sample the JVM is told why before
         // anything is loaded into it; a probe event checks sampling.
-        TargetProcess::open(opts.pid)?.maps()?;
+        let target = TargetProcess::open(opts.pid)?;
+        target.maps()?;
+        let probes = sampled
+            .alloc
+            .map(|a| alloc::AllocProbes::find(&target, a))
+            .transpose()?;
         let config = SamplerConfig {
-            frequency_hz: opts.frequency_hz,
+            // Rings are sized for this many samples per second of a busy thread.
+            frequency_hz: match probes {
+                Some(_) => ALLOC_RING_RATE_HZ,
+                None => opts.frequency_hz,
+            },
             stack_size: opts.stack_size,
-            kernel_callchain: opts.kernel,
+            // A uprobe's kernel callchain is the breakpoint handler's.
+            kernel_callchain: opts.kernel && probes.is_none(),
             wall: opts.wall.is_some(),
+            uprobes: probes.as_ref().map(|p| p.uprobes.clone()),
             sampling: opts.sampling,
             ..Default::default()
         };
         let events = match opts.host {
-            Some(host) => Events::Shared(host),
-            None => Events::Own(Sampler::choose(opts.pid, &config)?),
+            // Uprobes are opened per thread, whatever the daemon shares.
+            Some(host) if probes.is_none() => Events::Shared(host),
+            _ => Events::Own(Sampler::choose(opts.pid, &config)?),
         };
         // Per CPU, a CPU profile's events open before the attach ([`early`]).
         let mut early = match &events {
@@ -319,6 +351,9 @@ impl Engine {
                 (sampler, Instant::now(), start_ns, cpu, Vec::new())
             }
         };
+        collected.alloc = probes
+            .as_ref()
+            .map(|p| alloc::AllocSource::new(p, &live.hotspot));
         let per_cpu = sampler.strategy().kind == Sampling::PerCpu;
         collected.wall = opts.wall.map(|_| wall::OffCpu::new(period_ns, per_cpu));
         if opts.wall.is_some() && per_cpu {
@@ -363,6 +398,7 @@ impl Engine {
             interval_start_ns: start_ns,
             interval_base: SamplerStats::default(),
             wall: opts.wall,
+            alloc: probes.is_some(),
             cpu_time: CpuTime {
                 start: cpu_at_start,
                 last: cpu_at_start,
@@ -696,6 +732,7 @@ impl Engine {
                 idle_kept,
                 stacks: self.collected.off_cpu_reads.as_ref().map(|r| r.stats),
             }),
+            alloc: self.collected.alloc.as_ref().map(|a| a.summary.clone()),
             spill: named.spill.take(),
             ended: self.ended.take(),
             coverage,
@@ -733,6 +770,11 @@ impl Engine {
         profile.period_ns = 1_000_000_000 / self.frequency_hz.max(1);
         if self.wall.is_some() {
             profile.clock = crate::profile::Clock::Wall;
+        }
+        if self.alloc {
+            // Weights are bytes, not periods of time.
+            profile.period_ns = 0;
+            profile.clock = crate::profile::Clock::Alloc;
         }
         profile.start_ns = start_ns;
         self.name_threads(profile);

@@ -110,6 +110,15 @@ impl MethodLayout {
         })
     }
 
+    /// The internal name of a `Klass*` (`java/lang/String`, `[J`): its `_name` Symbol.
+    pub fn klass_name(&self, mem: &(impl TargetMemory + ?Sized), klass: u64) -> Option<String> {
+        let sym = mem
+            .read_u64(klass.wrapping_add(self.klass_name))
+            .ok()
+            .filter(|&p| p != 0)?;
+        self.symbol(mem, sym).filter(|name| !name.is_empty())
+    }
+
     fn symbol(&self, mem: &(impl TargetMemory + ?Sized), sym: u64) -> Option<String> {
         let len = mem.read_u16(sym.wrapping_add(self.sym_length)).ok()? as u64;
         if len > MAX_SYMBOL {

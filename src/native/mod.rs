@@ -3,6 +3,7 @@
 //! kernel symbols from `/proc/kallsyms`.
 
 mod debuginfo;
+pub mod functions;
 pub mod kernel;
 pub mod modules;
 pub mod sigframe;
@@ -17,7 +18,7 @@ pub use symbols::{NativeFrame, NativeSymbolizer};
 pub use unwind::{NativeRegs, NativeUnwinder, StepOutcome};
 
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 
 // The profiler may unwind and symbolize on worker threads.
 const _: () = {

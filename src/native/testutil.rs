@@ -106,10 +106,12 @@ impl SleepingJvm {
             .status()
             .unwrap();
         assert!(compiled.success(), "javac Sleep.java");
+        // From an argument file, as launchers start JVMs: the command line names no class.
+        let args = dir.join("args");
+        std::fs::write(&args, format!("-cp {}\nSleep\n", dir.display())).unwrap();
         let mut child = Command::new(java)
-            .args(["-Xmx64m", "-XX:TieredStopAtLevel=1", "-cp"])
-            .arg(&dir)
-            .arg("Sleep")
+            .args(["-Xmx64m", "-XX:TieredStopAtLevel=1"])
+            .arg(format!("@{}", args.display()))
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

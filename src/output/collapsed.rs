@@ -1,17 +1,19 @@
 //! Collapsed stacks (Brendan Gregg's folded format): `root;…;leaf count`, Java frames suffixed with
 //! `_[j]` compiled by C2 (or of unknown tier), `_[1]` compiled by C1 (async-profiler's marks),
-//! `_[i]` inlined, `_[0]` interpreted, `_[k]` kernel.
+//! `_[i]` inlined, `_[0]` interpreted, `_[k]` kernel, `_[a]` the class an allocation sample
+//! allocated. Counts are samples, or bytes in an allocation profile.
 
 use super::OutputOptions;
 use crate::error::{Error, ErrorKind, Result};
 use crate::profile::{CompiledCode, Frame, FrameKind, Profile, MAX_WEIGHT};
 use std::collections::BTreeMap;
 
-const SUFFIXES: [(&str, FrameKind); 4] = [
+const SUFFIXES: [(&str, FrameKind); 5] = [
     ("_[j]", FrameKind::Jit),
     ("_[i]", FrameKind::Inlined),
     ("_[0]", FrameKind::Interpreted),
     ("_[k]", FrameKind::Kernel),
+    ("_[a]", FrameKind::Allocated),
 ];
 
 /// The suffix of C1-compiled frames; their tier within C1 is not kept.

@@ -25,10 +25,11 @@ pub(crate) enum Shade {
     Kernel,
     Agent,
     Thread,
+    Allocated,
 }
 
 impl Shade {
-    pub(crate) const ALL: [Shade; 9] = [
+    pub(crate) const ALL: [Shade; 10] = [
         Shade::C2,
         Shade::C1,
         Shade::Inlined,
@@ -38,6 +39,7 @@ impl Shade {
         Shade::Kernel,
         Shade::Agent,
         Shade::Thread,
+        Shade::Allocated,
     ];
 
     pub(crate) fn of(frame: &Frame) -> Shade {
@@ -49,6 +51,7 @@ impl Shade {
             FrameKind::Kernel => Shade::Kernel,
             FrameKind::Stub => Shade::Stub,
             FrameKind::Thread => Shade::Thread,
+            FrameKind::Allocated => Shade::Allocated,
             FrameKind::Native
                 if frame
                     .module
@@ -70,6 +73,7 @@ impl Shade {
             ("_[i]", Shade::Inlined),
             ("_[0]", Shade::Interpreted),
             ("_[k]", Shade::Kernel),
+            ("_[a]", Shade::Allocated),
         ] {
             if let Some(name) = label.strip_suffix(suffix) {
                 return (name, Some(shade));
@@ -90,6 +94,7 @@ impl Shade {
             Shade::Kernel => '\u{2063}',
             Shade::Agent => '\u{2064}',
             Shade::Thread => '\u{FEFF}',
+            Shade::Allocated => '\u{2065}',
         }
     }
 
@@ -104,6 +109,7 @@ impl Shade {
             Shade::Kernel => (240, 145, 50),
             Shade::Agent => (175, 125, 220),
             Shade::Thread => (185, 185, 185),
+            Shade::Allocated => (90, 130, 230),
         };
         Color { r, g, b }
     }
@@ -120,6 +126,7 @@ impl Shade {
             Shade::Kernel => "kernel",
             Shade::Agent => "jvmperf agent",
             Shade::Thread => "thread",
+            Shade::Allocated => "allocated class",
         }
     }
 
@@ -134,6 +141,7 @@ impl Shade {
             Shade::Kernel => "orange",
             Shade::Agent => "purple",
             Shade::Thread => "grey",
+            Shade::Allocated => "blue",
         };
         format!("{} {colour}", self.name())
     }
@@ -165,7 +173,7 @@ pub fn render(profile: &Profile, opts: &OutputOptions) -> Result<Vec<u8>> {
     let mut options = Options::default();
     options.title = title(profile);
     options.subtitle = Some(subtitle(profile));
-    options.count_name = "samples".to_string();
+    options.count_name = profile.clock.unit().to_string();
     // Wide enough for the subtitle's legend.
     options.image_width = Some(1500);
     // Names without a mark (an unknown stack) in blue.
@@ -244,6 +252,7 @@ fn subtitle(profile: &Profile) -> String {
     let legend: Vec<String> = Shade::ALL
         .iter()
         .filter(|&&s| s != Shade::Thread)
+        .filter(|&&s| s != Shade::Allocated || profile.clock == Clock::Alloc)
         .map(|s| s.legend())
         .collect();
     parts.push(legend.join(", "));
@@ -255,6 +264,7 @@ pub(crate) fn description(profile: &Profile) -> Vec<String> {
     let mut parts = vec![match profile.clock {
         Clock::Cpu => "CPU time".to_string(),
         Clock::Wall => "wall-clock time".to_string(),
+        Clock::Alloc => "allocated bytes".to_string(),
     }];
     if let Some(span) = profile.interval {
         let start = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(span.start_unix_ns);
@@ -269,7 +279,13 @@ pub(crate) fn description(profile: &Profile) -> Vec<String> {
         parts.push(format!("{:.0} Hz", 1e9 / profile.period_ns as f64));
     }
     let samples: u64 = profile.samples.iter().map(|s| s.weight).sum();
-    parts.push(format!("{samples} samples"));
+    match profile.clock {
+        Clock::Alloc => parts.push(format!(
+            "{samples} bytes ({:.1} MiB)",
+            samples as f64 / f64::from(1 << 20)
+        )),
+        _ => parts.push(format!("{samples} samples")),
+    }
     parts
 }
 
@@ -358,6 +374,32 @@ mod tests {
             svg.contains("bench.Phases.hotLoop\u{200B} (3 samples"),
             "{svg}"
         );
+    }
+
+    #[test]
+    fn an_allocation_profile_counts_bytes_and_colours_its_classes() {
+        let mut p = profile();
+        p.clock = Clock::Alloc;
+        p.period_ns = 0;
+        let class = p.intern_frame(Frame::named("long[]", FrameKind::Allocated));
+        let stack = p.intern_stack(vec![0, class]);
+        p.samples = vec![Sample {
+            time: 0,
+            tid: 1,
+            stack,
+            weight: 3 << 20,
+        }];
+        let svg =
+            String::from_utf8(render(&p, &OutputOptions { threads: false }).unwrap()).unwrap();
+        assert!(svg.contains("allocated bytes · 10.0 s from "), "{svg}");
+        assert!(svg.contains("3145728 bytes (3.0 MiB)"), "{svg}");
+        assert!(svg.contains("allocated class blue"), "{svg}");
+        assert!(svg.contains("(3,145,728 bytes, 100.00%)"), "{svg}");
+        assert!(svg.contains(&rgb(Shade::Allocated.color())));
+        // Not in the legend of a CPU profile.
+        let cpu = String::from_utf8(render(&profile(), &OutputOptions { threads: false }).unwrap())
+            .unwrap();
+        assert!(!cpu.contains("allocated class"));
     }
 
     #[test]

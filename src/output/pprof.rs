@@ -1,7 +1,8 @@
 //! pprof (`.pb.gz`): gzipped `profile.proto`, readable by `go tool pprof` and every pprof UI.
 //!
 //! - Sample types `samples/count` and `cpu/nanoseconds` (count × period); period type
-//!   `cpu/nanoseconds`, period = 1e9 / sampling frequency.
+//!   `cpu/nanoseconds`, period = 1e9 / sampling frequency. An allocation profile has one,
+//!   `alloc_space/bytes`, and the allocated classes' frames a mapping `[allocated class]`.
 //! - Functions: Java methods by `package.Class.method` with the source file and the first line of
 //!   the line table (system name = name + JVM descriptor); native code by symbol.
 //! - Locations: one per physical frame; a compiled Java frame carries its inlined methods as
@@ -17,7 +18,9 @@
 //!   back gives every sample as its time (a window selects whole intervals).
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::profile::{CompiledCode, Frame, FrameId, FrameKind, Profile, WallInterval, MAX_WEIGHT};
+use crate::profile::{
+    Clock, CompiledCode, Frame, FrameId, FrameKind, Profile, WallInterval, MAX_WEIGHT,
+};
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use flate2::Compression;
@@ -36,6 +39,8 @@ const INTERPRETER: &str = "[jvm interpreter]";
 const STUBS: &str = "[jvm stubs]";
 const KERNEL: &str = "[kernel.kallsyms]";
 const THREAD: &str = "[thread]";
+/// The mapping of allocation samples' leaves: the class allocated.
+const ALLOCATED: &str = "[allocated class]";
 const THREAD_LABEL: &str = "thread";
 const TID_LABEL: &str = "tid";
 const INTERVAL_START: &str = "jvmperf interval_start_ns=";
@@ -107,6 +112,7 @@ impl Builder {
             FrameKind::Stub => STUBS,
             FrameKind::Kernel => KERNEL,
             FrameKind::Thread => THREAD,
+            FrameKind::Allocated => ALLOCATED,
             FrameKind::Native => match &frame.module {
                 Some(m) => m,
                 None => return 0,
@@ -231,11 +237,19 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
         unit: b.string(u),
     };
     let clock = profile.clock.name();
-    b.out.sample_type = vec![
-        value_type(&mut b, "samples", "count"),
-        value_type(&mut b, clock, "nanoseconds"),
-    ];
-    b.out.period_type = Some(value_type(&mut b, clock, "nanoseconds"));
+    let alloc = profile.clock == Clock::Alloc;
+    if alloc {
+        // Weights are bytes: Pyroscope's name for bytes allocated, and no count of objects
+        // (a sample stands for a TLAB's worth of allocations, or one object outside TLABs).
+        b.out.sample_type = vec![value_type(&mut b, clock, "bytes")];
+        b.out.period_type = Some(value_type(&mut b, clock, "bytes"));
+    } else {
+        b.out.sample_type = vec![
+            value_type(&mut b, "samples", "count"),
+            value_type(&mut b, clock, "nanoseconds"),
+        ];
+        b.out.period_type = Some(value_type(&mut b, clock, "nanoseconds"));
+    }
     b.out.period = profile.period_ns as i64;
     b.out.default_sample_type = b.string(clock);
     for comment in std::iter::once("jvmperf").chain(profile.comments.iter().map(String::as_str)) {
@@ -280,10 +294,14 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
         let thread = b.string(&profile.thread_name(tid));
         b.out.sample.push(proto::Sample {
             location_id,
-            value: vec![
-                weight as i64,
-                weight.saturating_mul(profile.period_ns) as i64,
-            ],
+            value: if alloc {
+                vec![weight as i64]
+            } else {
+                vec![
+                    weight as i64,
+                    weight.saturating_mul(profile.period_ns) as i64,
+                ]
+            },
             label: vec![
                 proto::Label {
                     key: thread_key,
@@ -338,14 +356,20 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
             .map(String::as_str)
             .ok_or_else(|| corrupt(format!("string index {i} out of range")))
     };
-    let count_index = pb
+    let types = pb
         .sample_type
         .iter()
         .map(|t| Ok((string(t.r#type)?, string(t.unit)?)))
-        .collect::<Result<Vec<_>>>()?
+        .collect::<Result<Vec<_>>>()?;
+    let counted = types
         .iter()
-        .position(|&(t, u)| t == "samples" && u == "count")
-        .ok_or_else(|| corrupt("no samples/count sample type"))?;
+        .position(|&(t, u)| t == "samples" && u == "count");
+    let alloc_space = types
+        .iter()
+        .position(|&(t, u)| t == Clock::Alloc.name() && u == "bytes");
+    let count_index = counted
+        .or(alloc_space)
+        .ok_or_else(|| corrupt("no samples/count (or alloc_space/bytes) sample type"))?;
     let mut mappings: HashMap<u64, &str> = HashMap::new();
     let mut code_versions: HashMap<u64, CompiledCode> = HashMap::new();
     for m in &pb.mapping {
@@ -357,6 +381,9 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
     let functions: HashMap<u64, &proto::Function> = pb.function.iter().map(|f| (f.id, f)).collect();
 
     let mut profile = Profile::default();
+    if counted.is_none() {
+        profile.clock = Clock::Alloc;
+    }
     for &c in &pb.comment {
         if let Some(cpu) = string(c)?.strip_prefix(TARGET_CPU) {
             let ns = cpu.split(' ').next().unwrap_or_default();
@@ -403,6 +430,7 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
                 Some(STUBS) => FrameKind::Stub,
                 Some(KERNEL) => FrameKind::Kernel,
                 Some(THREAD) => FrameKind::Thread,
+                Some(ALLOCATED) => FrameKind::Allocated,
                 _ => FrameKind::Native,
             };
             let positive = |v: i64| u32::try_from(v).ok().filter(|&v| v > 0);
@@ -475,6 +503,44 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
 mod tests {
     use super::*;
     use crate::profile::Sample;
+
+    #[test]
+    fn an_allocation_profile_is_alloc_space_in_bytes_with_its_classes_and_reads_back_so() {
+        let mut p = fixture();
+        p.clock = Clock::Alloc;
+        p.period_ns = 0;
+        let class = p.intern_frame(Frame::named("long[]", FrameKind::Allocated));
+        let stack = p.intern_stack(vec![0, 1, class]);
+        p.samples.push(Sample {
+            time: 0,
+            tid: 10,
+            stack,
+            weight: 4 << 20,
+        });
+        let bytes = render(&p).unwrap();
+        let mut raw = Vec::new();
+        GzDecoder::new(&bytes[..]).read_to_end(&mut raw).unwrap();
+        let pb = proto::Profile::decode(&raw[..]).unwrap();
+        let name = |i: i64| pb.string_table[i as usize].as_str();
+        let types: Vec<(&str, &str)> = pb
+            .sample_type
+            .iter()
+            .map(|t| (name(t.r#type), name(t.unit)))
+            .collect();
+        assert_eq!(types, [("alloc_space", "bytes")]);
+        assert_eq!(name(pb.default_sample_type), "alloc_space");
+        assert!(pb.mapping.iter().any(|m| name(m.filename) == ALLOCATED));
+        let q = parse(&bytes).unwrap();
+        assert_eq!(q.clock, Clock::Alloc);
+        assert_eq!(q.total_weight(), p.total_weight());
+        let leaf = q
+            .stacks
+            .iter()
+            .filter_map(|s| s.last().copied())
+            .find(|&f| q.frames[f as usize].kind == FrameKind::Allocated)
+            .unwrap();
+        assert_eq!(q.frames[leaf as usize].name, "long[]");
+    }
 
     fn fixture() -> Profile {
         let mut p = Profile::default();

@@ -1,12 +1,12 @@
 //! The `.jvmperf` raw recording: every sample with its CLOCK_MONOTONIC time and thread, already
 //! symbolized, so a recording can be converted, windowed and filtered later.
 //!
-//! Layout (version 1.3; integers are unsigned LEB128 varints unless noted):
+//! Layout (version 1.5; integers are unsigned LEB128 varints unless noted):
 //!
 //! ```text
 //! header (24 bytes, fixed):
 //!   magic        8 bytes  "JVMPERF\0"
-//!   major, minor 2 × u8   1, 4 — a reader refuses another major and reads any minor
+//!   major, minor 2 × u8   1, 5 — a reader refuses another major and reads any minor
 //!   flags        u8       bit 0: the body is gzip-compressed
 //!   reserved     u8       0
 //!   crc32        u32 LE   of the uncompressed body
@@ -17,13 +17,15 @@
 //!   threads:  n, n × (tid, name)                      name = string index + 1, 0 = unnamed
 //!   frames:   n, n × (kind u8, name, file, line, bci, signature, module, start_line)
 //!             name is a string index; the others are optional: 0 = absent, else value + 1
-//!             (bci zigzag-encoded first); kind numbers follow `FrameKind::ALL`
+//!             (bci zigzag-encoded first); kind numbers follow `FrameKind::ALL` (7, the
+//!             allocated class, from 1.5: older readers refuse such a file as corrupt)
 //!   stacks:   n, n × (depth, depth × frame index)      root first
 //!   samples:  n, n × (time delta, thread index, stack index, weight)
 //!             time delta: zigzag(time − previous time), the first against start_ns
 //!   compiled (1.1): n, n × (frame index, level, compile id, osr bci, code size)
 //!             the code version of compiled frames; osr bci: 0 = not OSR, else zigzag(bci) + 1
-//!   clock (1.2): 0 = CPU time, 1 = wall-clock time (`record --wall`)
+//!   clock (1.2): 0 = CPU time, 1 = wall-clock time (`record --wall`), 2 (1.5) = bytes
+//!             allocated (`record -e alloc`; weights are bytes)
 //!   cpu time (1.3): the target's CPU time over the sampled window in ns + 1, 0 = unknown
 //!             (samples on a CPU were expected to number it / period_ns)
 //!   span (1.4): its start in ns since the Unix epoch + 1 (0 = unknown, nothing follows), then
@@ -50,7 +52,7 @@ use std::sync::Arc;
 
 pub const MAGIC: &[u8; 8] = b"JVMPERF\0";
 const MAJOR: u8 = 1;
-const MINOR: u8 = 4;
+const MINOR: u8 = 5;
 const FLAG_GZIP: u8 = 1;
 const HEADER_LEN: usize = 24;
 /// Larger bodies are refused rather than allocated (a corrupt length).
@@ -171,7 +173,14 @@ pub(super) fn put_sample(buf: &mut Vec<u8>, prev: &mut u64, s: &Sample, thread: 
 /// (1.3), the span and the labels (1.4).
 pub(super) fn put_tail(buf: &mut Vec<u8>, profile: &Profile) {
     put_compiled(buf, profile);
-    put(buf, u64::from(profile.clock == Clock::Wall));
+    put(
+        buf,
+        match profile.clock {
+            Clock::Cpu => 0,
+            Clock::Wall => 1,
+            Clock::Alloc => 2,
+        },
+    );
     put(
         buf,
         profile.cpu_time_ns.map_or(0, |ns| ns.saturating_add(1)),
@@ -421,7 +430,7 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
         let code = c.byte("frame table")?;
         let kind = *FrameKind::ALL
             .get(code as usize)
-            .ok_or_else(|| corrupt(format!("frame kind {code}")))?;
+            .ok_or_else(|| corrupt(format!("frame kind {code} (a newer jvmperf's?)")))?;
         let frame = Frame {
             kind,
             name: c.string("frame name", &strings)?,
@@ -476,7 +485,9 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
     if c.at < body.len() {
         p.clock = match c.varint("clock")? {
             0 => Clock::Cpu,
-            _ => Clock::Wall,
+            1 => Clock::Wall,
+            2 => Clock::Alloc,
+            other => return Err(corrupt(format!("clock {other} (a newer jvmperf's?)"))),
         };
     }
     if c.at < body.len() {
@@ -599,6 +610,16 @@ pub(super) mod tests {
         let mut wall = fixture();
         wall.clock = Clock::Wall;
         assert_eq!(parse(&render(&wall).unwrap()).unwrap().clock, Clock::Wall);
+        let mut alloc = fixture();
+        alloc.clock = Clock::Alloc;
+        let class = alloc.intern_frame(Frame::named("long[]", FrameKind::Allocated));
+        let stack = alloc.intern_stack(vec![0, class]);
+        alloc.samples[0].stack = stack;
+        alloc.samples[0].weight = 4 << 20;
+        let read = parse(&render(&alloc).unwrap()).unwrap();
+        assert_eq!(read.clock, Clock::Alloc);
+        assert_eq!(read.frames, alloc.frames);
+        assert_eq!(read.samples, alloc.samples);
         assert_eq!(q.cpu_time_ns, None);
         wall.cpu_time_ns = Some(12_345_678_901);
         let read = parse(&render(&wall).unwrap()).unwrap();
@@ -692,6 +713,10 @@ pub(super) mod tests {
         let mut newer = render(&fixture()).unwrap();
         newer[8] = 2;
         let e = parse(&newer).unwrap_err();
-        assert!(e.message.contains("version 2.4"), "{}", e.message);
+        assert!(
+            e.message.contains(&format!("version 2.{MINOR}")),
+            "{}",
+            e.message
+        );
     }
 }

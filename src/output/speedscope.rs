@@ -103,7 +103,9 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
     for s in &profile.samples {
         by_thread.entry(s.tid).or_default().push(s);
     }
-    let timed = profile.period_ns > 0 && profile.samples.iter().any(|s| s.time != 0);
+    // Bytes allocated are weights of their own, not time.
+    let bytes = profile.clock == crate::profile::Clock::Alloc;
+    let timed = !bytes && profile.period_ns > 0 && profile.samples.iter().any(|s| s.time != 0);
     let origin = match profile.start_ns {
         0 => profile.samples.iter().map(|s| s.time).min().unwrap_or(0),
         start => start,
@@ -119,7 +121,11 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
         let mut out = SampledProfile {
             kind: "sampled",
             name: format!("{} (tid {tid})", profile.thread_name(tid)),
-            unit: if timed { "nanoseconds" } else { "none" },
+            unit: match (bytes, timed) {
+                (true, _) => "bytes",
+                (false, true) => "nanoseconds",
+                (false, false) => "none",
+            },
             start_value,
             end_value: start_value,
             samples: Vec::with_capacity(samples.len()),

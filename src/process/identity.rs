@@ -21,6 +21,11 @@ pub struct TargetProcess {
     pub sig_caught: u64,
     pub sig_ignored: u64,
     pub name: String,
+    /// When it started (see [`start_time`]): a later process given the same pid is not it.
+    pub start_time: Option<u64>,
+    /// Its program (see [`program`]): after an `execve` of another one, it is not the process
+    /// opened.
+    pub program: Option<PathBuf>,
 }
 
 /// One line of `/proc/<pid>/maps`.
@@ -98,16 +103,25 @@ impl TargetProcess {
                 ),
                 e => read_error(&status_path, e),
             })?;
-        Ok(from_status(pid, &status))
+        let mut process = from_status(pid, &status);
+        process.start_time = start_time(pid);
+        process.program = program(pid);
+        Ok(process)
     }
 
-    /// The process still exists and is not a zombie.
-    /// Not exited, and not a zombie. Read from `status`, not `stat`: `stat` sums the CPU time of
-    /// every thread.
+    /// Not exited, not a zombie, not another process given its pid since (its start time
+    /// differs), and still running the program it ran when opened (an `execve` keeps the pid
+    /// and the start time). Read from the main thread's `stat`, not the process's: that one
+    /// sums the CPU time of every thread.
     pub fn is_alive(&self) -> bool {
-        proc_process(self.pid)
-            .and_then(|p| p.status())
-            .is_ok_and(|s| !s.state.starts_with(['Z', 'X']))
+        let running = main_thread_stat(self.pid).is_some_and(|(state, start)| {
+            !matches!(state, 'Z' | 'X') && self.start_time.is_none_or(|s| s == start)
+        });
+        running
+            && self
+                .program
+                .as_ref()
+                .is_none_or(|p| program(self.pid).as_ref() == Some(p))
     }
 
     /// `/proc/<pid>/root`: the target's view of the file system (its mount namespace and chroot).
@@ -185,6 +199,41 @@ impl TargetProcess {
     }
 }
 
+/// When process `pid` started: clock ticks after boot (field 22 of `/proc/<pid>/stat`, see
+/// proc(5)). With the pid, it names one process: a pid is reused, a start time with it is not.
+pub fn start_time(pid: u32) -> Option<u64> {
+    main_thread_stat(pid).map(|(_, start)| start)
+}
+
+/// The program process `pid` runs: `/proc/<pid>/exe` (proc(5)), without the ` (deleted)` the
+/// kernel appends once the file is removed (a JDK upgraded under a running JVM is still its
+/// program). `None` where we may not read it.
+pub fn program(pid: u32) -> Option<PathBuf> {
+    let path = fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let text = path.to_str()?;
+    Some(PathBuf::from(
+        text.strip_suffix(" (deleted)").unwrap_or(text),
+    ))
+}
+
+/// The state and start time of process `pid`'s main thread, from `/proc/<pid>/task/<pid>/stat`:
+/// the same start time as the process's `stat`, without the sum over every thread that file
+/// makes (`do_task_stat` in fs/proc/array.c).
+fn main_thread_stat(pid: u32) -> Option<(char, u64)> {
+    let text = fs::read_to_string(format!("/proc/{pid}/task/{pid}/stat")).ok()?;
+    parse_state_and_start(&text)
+}
+
+/// State (field 3) and start time (field 22) of a `stat` line; the command name (field 2) is in
+/// parentheses and may hold spaces and parentheses itself, so fields are counted after its last
+/// `)`.
+fn parse_state_and_start(stat: &str) -> Option<(char, u64)> {
+    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
 /// The pid as the process sees itself: the last entry of `NSpid:` (none before Linux 4.1).
 fn last_nspid(status: &Status) -> Option<u32> {
     u32::try_from(*status.nspid.as_ref()?.last()?).ok()
@@ -199,6 +248,8 @@ fn from_status(pid: u32, status: &Status) -> TargetProcess {
         sig_caught: status.sigcgt,
         sig_ignored: status.sigign,
         name: status.name.clone(),
+        start_time: None,
+        program: None,
     }
 }
 
@@ -403,6 +454,51 @@ mod tests {
         let comm = fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap();
         assert_eq!(me.thread_comm(tid).as_deref(), Some(comm.trim_end()));
         assert_eq!(me.thread_comm(u32::MAX), None);
+    }
+
+    #[test]
+    fn state_and_start_time_of_a_stat_line() {
+        let line = "4242 (java (x) 1) S 1 4242 4242 0 -1 4194560 9 0 0 0 1 2 0 0 20 0 23 0 \
+                    7788 5000000 4000 18446744073709551615 1 1 0 0 0 0 0 4096 17615 0 0 0 17 1 \
+                    0 0 0 0 0\n";
+        assert_eq!(parse_state_and_start(line), Some(('S', 7788)));
+        assert_eq!(parse_state_and_start("4242 (java) S 1 2"), None);
+        assert_eq!(parse_state_and_start(""), None);
+    }
+
+    /// A pid given to another process is not the one opened: its start time differs.
+    #[test]
+    fn a_process_given_a_reused_pid_is_not_alive() {
+        let mut me = TargetProcess::open(std::process::id()).unwrap();
+        let stat = fs::read_to_string("/proc/self/stat").unwrap();
+        assert_eq!(me.start_time, parse_state_and_start(&stat).map(|s| s.1));
+        assert!(me.is_alive());
+        me.start_time = me.start_time.map(|s| s + 1);
+        assert!(!me.is_alive());
+    }
+
+    /// A process that runs another program (`execve`) keeps its pid and start time; it is no
+    /// longer the process opened.
+    #[test]
+    fn a_process_that_execs_another_program_is_not_alive() {
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "read line; exec sleep 30"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let opened = TargetProcess::open(child.id()).unwrap();
+        assert!(opened.is_alive());
+        let sh = opened.program.clone().unwrap();
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"go\n").unwrap();
+        let start = std::time::Instant::now();
+        while program(child.id()).as_ref() == Some(&sh) {
+            assert!(start.elapsed().as_secs() < 10, "sh did not exec sleep");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(!opened.is_alive(), "{:?} after exec", program(child.id()));
+        assert!(TargetProcess::open(child.id()).unwrap().is_alive());
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 
     #[test]

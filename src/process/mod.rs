@@ -1,6 +1,7 @@
 //! The profiled process: its identity under /proc, and access to its memory.
 
 pub mod freeze;
+pub mod hsperf;
 pub mod identity;
 pub mod mapped;
 pub mod memory;

@@ -21,11 +21,13 @@ pub enum FrameKind {
     Stub,
     /// The synthetic root frame naming a thread (`--threads`).
     Thread,
+    /// The class of an object allocated (the leaf of an allocation sample).
+    Allocated,
 }
 
 impl FrameKind {
     /// Every kind, in the order of their numbers in the `.jvmperf` format: add new kinds at the end.
-    pub const ALL: [FrameKind; 7] = [
+    pub const ALL: [FrameKind; 8] = [
         FrameKind::Jit,
         FrameKind::Inlined,
         FrameKind::Interpreted,
@@ -33,6 +35,7 @@ impl FrameKind {
         FrameKind::Kernel,
         FrameKind::Stub,
         FrameKind::Thread,
+        FrameKind::Allocated,
     ];
 
     /// A frame of a Java method (compiled, inlined or interpreted).
@@ -194,18 +197,24 @@ pub struct Profile {
     pub labels: Vec<(String, String)>,
     /// Free-form notes on the profile (the rate in effect, samples lost): pprof comments.
     pub comments: Vec<String>,
-    /// What a period is of: CPU time, or wall-clock time (`record --wall`).
+    /// What a period is of: CPU time, or wall-clock time (`record --wall`); or that weights are
+    /// bytes allocated (`record -e alloc`).
     pub clock: Clock,
     /// The target's CPU time over the sampled window, when known: samples on a CPU are expected
     /// to number `cpu_time_ns / period_ns` (their coverage).
     pub cpu_time_ns: Option<u64>,
 }
 
+/// What a sample's weight counts.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub enum Clock {
+    /// Periods of CPU time.
     #[default]
     Cpu,
+    /// Periods of wall-clock time.
     Wall,
+    /// Bytes allocated (`record -e alloc`).
+    Alloc,
 }
 
 impl Clock {
@@ -214,7 +223,21 @@ impl Clock {
         match self {
             Clock::Cpu => "cpu",
             Clock::Wall => "wall",
+            Clock::Alloc => "alloc_space",
         }
+    }
+
+    /// What one unit of weight is, as outputs label it.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Clock::Cpu | Clock::Wall => "samples",
+            Clock::Alloc => "bytes",
+        }
+    }
+
+    /// Weights are periods of time (`period_ns` each), not counts of something else.
+    pub fn is_time(self) -> bool {
+        matches!(self, Clock::Cpu | Clock::Wall)
     }
 }
 

@@ -1,6 +1,6 @@
 //! The perf event we open on each thread, the `perf_event_open` call, and what its errors mean.
 
-use super::SamplerConfig;
+use super::{SamplerConfig, Uprobes};
 use crate::error::{Error, ErrorKind};
 use perf_event_open_sys::bindings as sys;
 use perf_event_open_sys::{ioctls, perf_event_open};
@@ -91,6 +91,35 @@ pub(super) fn cpu_switch_attr(cpu_clock: &sys::perf_event_attr) -> sys::perf_eve
     attr.set_exclude_callchain_user(0);
     // FORK and EXIT records: a thread's last switch follows its exit, and is no wait.
     attr.set_task(1);
+    attr
+}
+
+/// `/sys/bus/event_source/devices/uprobe/type`: the dynamic PMU number of the kernel's `uprobe`
+/// PMU, which takes the probed file's path and offset in the attributes (no tracefs needed).
+pub(super) fn uprobe_pmu_type() -> io::Result<u32> {
+    let text = std::fs::read_to_string("/sys/bus/event_source/devices/uprobe/type")?;
+    text.trim()
+        .parse()
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad uprobe PMU type"))
+}
+
+/// Attributes for a uprobe on `probes`' function `index`: a sample with the user registers and
+/// stack copy every `probes.period`-th time a thread runs its first instruction. `config1` points
+/// at the path, `config2` is the function's file offset (`perf_uprobe_init`,
+/// kernel/trace/trace_event_perf.c; `config` bit 0 would make it a return probe). The path is
+/// read by the kernel at each open: `probes` must outlive them.
+pub(super) fn uprobe_attr(
+    config: &SamplerConfig,
+    pmu_type: u32,
+    probes: &Uprobes,
+    index: usize,
+) -> sys::perf_event_attr {
+    let mut attr = event_attr(config);
+    attr.type_ = pmu_type;
+    attr.config = 0;
+    attr.config1 = probes.path.as_ptr() as u64;
+    attr.config2 = probes.offsets[index];
+    attr.sample_period = probes.period.max(1);
     attr
 }
 
@@ -430,6 +459,32 @@ mod tests {
         assert!(open(&mut attr, 0, 0, -1).is_err());
         assert_eq!(attr.read_format, wanted);
         assert_eq!(attr.exclude_kernel(), 0);
+    }
+
+    #[test]
+    fn a_uprobe_samples_registers_and_stack_at_the_function_in_the_file() {
+        let probes = Uprobes {
+            path: std::sync::Arc::new(std::ffi::CString::new("/lib/libjvm.so").unwrap()),
+            offsets: vec![0x3bc550, 0x3bc670],
+            period: 3,
+        };
+        let config = SamplerConfig::default();
+        let attr = uprobe_attr(&config, 8, &probes, 1);
+        assert_eq!(attr.type_, 8);
+        assert_eq!(attr.config, 0, "an entry probe, not a return probe");
+        assert_eq!(attr.config1, probes.path.as_ptr() as u64);
+        assert_eq!(attr.config2, 0x3bc670);
+        assert_eq!(attr.sample_period, 3);
+        assert_eq!(attr.freq(), 0);
+        assert_eq!(attr.sample_type, sample_type(&config));
+        assert_ne!(attr.sample_type & u64::from(sys::PERF_SAMPLE_STACK_USER), 0);
+        // The allocated class is the first argument (rdi) and the bytes the third (rdx):
+        // perf register bits 5 and 3 (arch/x86/include/uapi/asm/perf_regs.h).
+        assert_ne!(attr.sample_regs_user & (1 << 5), 0);
+        assert_ne!(attr.sample_regs_user & (1 << 3), 0);
+        assert_eq!(attr.sample_stack_user, config.stack_size);
+        assert_eq!(attr.clockid, libc::CLOCK_MONOTONIC);
+        assert_eq!(attr.use_clockid(), 1);
     }
 
     #[test]

@@ -298,6 +298,17 @@ impl RingPlan {
             .max(self.min_pages)
     }
 
+    /// Bytes of samples a JVM's queue may hold when `cpus` CPUs' rings are drained for it by
+    /// another thread (the daemon's): what its threads can sample on every CPU in
+    /// [`CPU_HOLD_MS`], the time a CPU's ring holds, while its engine is busy elsewhere.
+    pub fn queue_bytes(&self, cpus: usize) -> usize {
+        let rate = usize::try_from(self.frequency_hz).unwrap_or(usize::MAX);
+        let records = (rate.saturating_mul(CPU_HOLD_MS as usize) / 1000).max(MIN_BUSY_RECORDS);
+        records
+            .saturating_mul(self.record_bytes)
+            .saturating_mul(cpus.max(1))
+    }
+
     /// Notes a ring of `pages` data pages mapped for a new thread (`busy` false) or a busy one,
     /// where `wanted` were asked for; when the kernel refused those, later rings get no more.
     pub fn mapped(&mut self, pages: usize, wanted: usize, busy: bool) {
@@ -394,5 +405,23 @@ impl Locked {
 impl Drop for Locked {
     fn drop(&mut self) {
         LOCKED_PAGES.fetch_sub(self.0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A JVM's queue holds what its threads sample on every CPU in the time a CPU's ring holds:
+    /// twice the CPUs, twice the bytes; a tenth of the rate, a tenth.
+    #[test]
+    fn a_queue_holds_every_cpu_for_the_hold_time() {
+        let plan = |hz| RingPlan::new(33_000, hz, 4096, 10, Budget::unlimited(), usize::MAX);
+        let fast = plan(1000);
+        assert_eq!(fast.queue_bytes(2), 2 * 1000 * 33_000);
+        assert_eq!(fast.queue_bytes(64), 32 * fast.queue_bytes(2));
+        assert_eq!(plan(100).queue_bytes(2) * 10, fast.queue_bytes(2));
+        // Slow rates still hold a few records per CPU.
+        assert_eq!(plan(1).queue_bytes(2), 2 * MIN_BUSY_RECORDS * 33_000);
     }
 }

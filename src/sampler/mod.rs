@@ -53,7 +53,22 @@ pub struct SamplerConfig {
     /// Wall-clock mode: each thread's stack taken when it leaves a CPU, with the time it comes
     /// back ([`SampleKind`]).
     pub wall: bool,
+    /// Uprobes instead of the CPU clock, every thread's probes writing into one ring (samples of
+    /// the probes told apart by their ip, the probed address); opened per thread.
+    pub uprobes: Option<Uprobes>,
     pub sampling: Sampling,
+}
+
+/// Functions of one file to probe on entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Uprobes {
+    /// The file as this process reaches it (the target's root prefixed), shared by every clone:
+    /// the events' attributes point at it.
+    pub path: std::sync::Arc<std::ffi::CString>,
+    /// File offsets of the functions' first instructions.
+    pub offsets: Vec<u64>,
+    /// A sample every this many hits.
+    pub period: u64,
 }
 
 impl Default for SamplerConfig {
@@ -64,6 +79,7 @@ impl Default for SamplerConfig {
             kernel_callchain: false,
             ring_pages: None,
             wall: false,
+            uprobes: None,
             sampling: Sampling::Auto,
         }
     }
@@ -324,7 +340,10 @@ impl Sampler {
         // The target must exist (per-CPU events open whether it does or not).
         list_threads(pid)?;
         let per_thread = |why: String| -> Result<Strategy> {
-            let mut attr = attr::event_attr(config);
+            let mut attr = match &config.uprobes {
+                Some(probes) => attr::uprobe_attr(config, uprobe_pmu()?, probes, 0),
+                None => attr::event_attr(config),
+            };
             attr.set_disabled(1);
             match attr::open(&mut attr, 0, pid as i32, -1) {
                 Ok(Some(_)) => Ok(Strategy {
@@ -332,9 +351,13 @@ impl Sampler {
                     why,
                 }),
                 Ok(None) => err(ErrorKind::NoProcess, format!("process {pid} has exited")),
+                Err(e) if config.uprobes.is_some() => Err(uprobe_open_error(&e, config)),
                 Err(e) => Err(attr::open_error(&e, pid, config)),
             }
         };
+        if config.uprobes.is_some() {
+            return per_thread("uprobes are opened on each thread".to_string());
+        }
         match config.sampling {
             Sampling::PerThread => per_thread("--sampling per-thread".to_string()),
             kind => {
@@ -558,10 +581,10 @@ impl Sampler {
     /// Samples per second of CPU time from now on (per thread, or per CPU), for every event (and
     /// those opened later).
     pub fn set_frequency(&mut self, hz: u64) -> Result<()> {
-        if self.config.wall {
+        if self.config.wall || self.config.uprobes.is_some() {
             return err(
                 ErrorKind::Usage,
-                "the rate of a wall-clock recording is fixed at its start",
+                "the rate of a wall-clock or uprobe recording is fixed at its start",
             );
         }
         let config = SamplerConfig {
@@ -595,6 +618,42 @@ impl Sampler {
             // Other JVMs go on: this one's samples are taken until its engine ends.
             Strategies::Shared(_) => {}
         }
+    }
+}
+
+/// The `uprobe` PMU's type, or a one-line error saying the kernel has none.
+pub(crate) fn uprobe_pmu() -> Result<u32> {
+    attr::uprobe_pmu_type().map_err(|e| {
+        Error::new(
+            ErrorKind::Sampling,
+            format!(
+                "this kernel offers no uprobe PMU (/sys/bus/event_source/devices/uprobe/type: {e}): \
+                 it needs CONFIG_UPROBE_EVENTS (Linux 4.17 or later)"
+            ),
+        )
+    })
+}
+
+/// A one-line error for a uprobe that could not be opened.
+fn uprobe_open_error(e: &std::io::Error, config: &SamplerConfig) -> Error {
+    let path = config
+        .uprobes
+        .as_ref()
+        .map_or(String::new(), |p| p.path.to_string_lossy().into_owned());
+    match e.raw_os_error() {
+        // perf_uprobe_event_init (kernel/events/core.c) asks for perfmon_capable().
+        Some(libc::EACCES | libc::EPERM) => Error::new(
+            ErrorKind::Permission,
+            format!(
+                "uprobes on {path} denied ({}): uprobe perf events need root or CAP_PERFMON \
+                 whatever kernel.perf_event_paranoid says",
+                attr::privilege()
+            ),
+        ),
+        _ => Error::new(
+            ErrorKind::Sampling,
+            format!("cannot open a uprobe on {path}: {e}"),
+        ),
     }
 }
 

@@ -58,7 +58,7 @@ pub(super) struct CpuSampler {
 #[derive(Default)]
 pub(super) struct ProcessFilter {
     pid: u32,
-    /// Its threads sampled so far.
+    /// Its threads sampled so far (or lately, with `keep_ns`).
     sampled: HashSet<u32>,
     /// Names its threads took while sampled (COMM records).
     pub names: HashMap<u32, String>,
@@ -67,6 +67,20 @@ pub(super) struct ProcessFilter {
     /// Wall-clock mode: threads that exited (until their tid is given to a new thread): their
     /// last switches, on the way out of the kernel's exit path, are no waits.
     exited: HashSet<u32>,
+    /// A daemon's: when its threads were last seen, to forget those long gone. `None`: a
+    /// recording's, which keeps every thread.
+    recent: Option<Box<Recent>>,
+}
+
+/// When each thread in a [`ProcessFilter`]'s maps was last seen (ns of record time).
+#[derive(Default)]
+struct Recent {
+    /// Threads not seen for this long are forgotten.
+    keep_ns: u64,
+    seen: HashMap<u32, u64>,
+    /// The latest record time seen, and when the maps are next pruned.
+    latest: u64,
+    next_prune: u64,
 }
 
 /// What a thread of the target did at `time`.
@@ -92,12 +106,68 @@ impl ProcessFilter {
         }
     }
 
+    /// A filter that forgets a thread (its name, that it was sampled) once no record of it has
+    /// come for `keep_ns` of record time: a daemon that runs for weeks sees every thread that
+    /// ever ran in a long-lived JVM.
+    pub fn keeping_threads(pid: u32, keep_ns: u64) -> ProcessFilter {
+        ProcessFilter {
+            recent: Some(Box::new(Recent {
+                keep_ns,
+                ..Recent::default()
+            })),
+            ..ProcessFilter::new(pid)
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
     pub fn threads_sampled(&self) -> usize {
         self.sampled.len()
     }
 
     /// Hands `record` to `sink` if it is of this process (names are kept); whether a sample was.
     pub fn take(&mut self, record: &ParsedRecord<'_>, sink: &mut dyn FnMut(&Sample<'_>)) -> bool {
+        let (tid, time) = match record {
+            ParsedRecord::Sample(s) if s.pid == self.pid => (s.tid, Some(s.time)),
+            ParsedRecord::SwitchIn { pid, tid, time }
+            | ParsedRecord::Task { pid, tid, time, .. }
+                if *pid == self.pid =>
+            {
+                (*tid, Some(*time))
+            }
+            ParsedRecord::Comm { pid, tid, .. } if *pid == self.pid => (*tid, None),
+            _ => return false,
+        };
+        let took = self.take_own(record, sink);
+        if let Some(recent) = self.recent.as_mut() {
+            // A COMM record's time is not parsed: it counts as seen at the latest record's.
+            recent.latest = recent.latest.max(time.unwrap_or(0));
+            recent.seen.insert(tid, recent.latest);
+            self.prune();
+        }
+        took
+    }
+
+    /// Forgets the threads not seen for `keep_ns`, every quarter of it.
+    fn prune(&mut self) {
+        let Some(recent) = self.recent.as_mut() else {
+            return;
+        };
+        if recent.latest < recent.next_prune {
+            return;
+        }
+        recent.next_prune = recent.latest.saturating_add(recent.keep_ns / 4);
+        let cutoff = recent.latest.saturating_sub(recent.keep_ns);
+        recent.seen.retain(|_, &mut last| last >= cutoff);
+        let seen = &recent.seen;
+        self.sampled.retain(|tid| seen.contains_key(tid));
+        self.names.retain(|tid, _| seen.contains_key(tid));
+        self.exited.retain(|tid| seen.contains_key(tid));
+    }
+
+    fn take_own(&mut self, record: &ParsedRecord<'_>, sink: &mut dyn FnMut(&Sample<'_>)) -> bool {
         match record {
             ParsedRecord::Sample(s) if s.pid == self.pid && s.kind == SampleKind::LeftCpu => {
                 self.switches.push(Switch {
@@ -193,8 +263,7 @@ impl CpuSampler {
     pub fn open(config: &SamplerConfig, epoll: Epoll) -> Result<CpuSampler> {
         let cpus = online_cpus()?;
         let mut plan = config.ring_plan(cpus.len(), super::Host::current().budget());
-        let wanted = plan.cpu_pages;
-        let mut pages = plan.pages_per_cpu(cpus.len(), budget::available(&plan.budget));
+        let available = budget::available(&plan.budget);
         let mut attr = attr::event_attr(config);
         attr.sample_period = config.period_ns();
         // One event per ring: no identifier to tell events apart (see `attr::cpu_switch_attr`).
@@ -202,29 +271,32 @@ impl CpuSampler {
         attr.set_comm(1);
         let mut switch_attr = config.wall.then(|| attr::cpu_switch_attr(&attr));
         let mut switch_pages = SWITCH_RING_BYTES / plan.page_size;
-        let mut events = Vec::with_capacity(cpus.len());
+        let min_pages = plan.min_pages;
         let mut switches = Vec::new();
-        for &cpu in &cpus {
+        let mut index = 0;
+        let (events, pages) = map_cpu_rings(&mut plan, &cpus, available, |cpu, pages| {
             let layout = RecordLayout {
                 kernel_callchain: config.kernel_callchain,
                 switch_event: None,
                 switch_ring: false,
             };
-            let (fd, ring) = open_mapped(&mut attr, cpu, &mut pages, plan.min_pages, config)?;
-            plan.mapped(pages, wanted, true);
-            watch(&epoll, &fd, events.len() + switches.len())?;
-            events.push(MappedEvent::new(fd, ring, pages, layout));
+            let (fd, ring) = open_mapped(&mut attr, cpu, pages, min_pages, config)?;
+            watch(&epoll, &fd, index)?;
+            index += 1;
+            let event = MappedEvent::new(fd, ring, *pages, layout);
             if let Some(switch_attr) = switch_attr.as_mut() {
                 let layout = RecordLayout {
                     switch_ring: true,
                     ..layout
                 };
-                let min = plan.min_pages;
-                let (fd, ring) = open_mapped(switch_attr, cpu, &mut switch_pages, min, config)?;
-                watch(&epoll, &fd, events.len() + switches.len())?;
+                let (fd, ring) =
+                    open_mapped(switch_attr, cpu, &mut switch_pages, min_pages, config)?;
+                watch(&epoll, &fd, index)?;
+                index += 1;
                 switches.push(MappedEvent::new(fd, ring, switch_pages, layout));
             }
-        }
+            Ok(event)
+        })?;
         Ok(CpuSampler {
             config: config.clone(),
             attr,
@@ -301,25 +373,70 @@ impl CpuSampler {
 
     /// One line saying that the rings are smaller than wanted, and why.
     pub fn ring_note(&self) -> Option<String> {
-        if self.pages >= self.plan.cpu_pages {
-            return None;
-        }
-        let why = if self.plan.refused {
-            "the kernel refused larger ones (other perf buffers of this user count too)"
-        } else {
-            "the locked-memory budget is short"
-        };
-        Some(format!(
-            "perf ring buffers of {} KiB per CPU hold {} ms of a busy CPU's samples at {} Hz ({} ms \
-             wanted): {why} ({}); samples are lost when a drain comes later than that (lower -F or \
-             --stack-size)",
-            self.pages * self.plan.page_size / 1024,
-            self.plan.hold_ms(self.pages),
-            self.config.frequency_hz,
-            budget::CPU_HOLD_MS,
-            self.plan.budget.source,
-        ))
+        cpu_ring_note(&self.plan, self.pages, self.config.frequency_hz)
     }
+
+    /// Online CPUs with an event.
+    pub fn cpu_count(&self) -> usize {
+        self.cpus.len()
+    }
+}
+
+/// One line saying that the per-CPU rings of `pages` data pages are smaller than `plan` wants,
+/// and why: the kernel refused larger ones, or the budget (the kernel's limit, or jvmperf's own
+/// ceiling where the kernel sets none) did not allow them.
+fn cpu_ring_note(plan: &RingPlan, pages: usize, frequency_hz: u64) -> Option<String> {
+    if pages >= plan.cpu_pages {
+        return None;
+    }
+    let budget = &plan.budget;
+    let why = match (plan.refused, budget.kernel_limited) {
+        (true, _) => format!(
+            "the kernel refused larger ones ({}; other perf buffers of this user count too)",
+            budget.source
+        ),
+        (false, true) => format!(
+            "the kernel's locked-memory limit for perf buffers is short ({})",
+            budget.source
+        ),
+        (false, false) => format!(
+            "jvmperf's locked-memory budget is short ({})",
+            budget.source
+        ),
+    };
+    let fix = match budget.kernel_limited {
+        true => {
+            "raise `sysctl kernel.perf_event_mlock_kb` or `ulimit -l`, or lower -F or --stack-size"
+        }
+        false => "lower -F or --stack-size",
+    };
+    Some(format!(
+        "perf ring buffers of {} KiB per CPU hold {} ms of a busy CPU's samples at {frequency_hz} Hz \
+         ({} ms wanted): {why}; samples are lost when a drain comes later than that ({fix})",
+        pages * plan.page_size / 1024,
+        plan.hold_ms(pages),
+        budget::CPU_HOLD_MS,
+    ))
+}
+
+/// Maps a ring on each of `cpus` with `map`, asking for the budget's share of `available`
+/// pages; `map` may get fewer (the kernel refused them), and later CPUs then ask for no more.
+/// Returns the rings and the data pages of the last.
+fn map_cpu_rings<T>(
+    plan: &mut RingPlan,
+    cpus: &[u32],
+    available: usize,
+    mut map: impl FnMut(u32, &mut usize) -> Result<T>,
+) -> Result<(Vec<T>, usize)> {
+    // Asked is what the budget allows: fewer pages than wanted is no refusal by the kernel.
+    let asked = plan.pages_per_cpu(cpus.len(), available);
+    let mut pages = asked;
+    let mut rings = Vec::with_capacity(cpus.len());
+    for &cpu in cpus {
+        rings.push(map(cpu, &mut pages)?);
+        plan.mapped(pages, asked, true);
+    }
+    Ok((rings, pages))
 }
 
 /// Opens `attr`'s event on CPU `cpu`, enabled, and maps its ring of `pages` data pages, halved
@@ -405,6 +522,7 @@ fn offline(cpu: u32) -> Error {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Budget;
     use super::*;
 
     fn left(tid: u32, time: u64) -> Sample<'static> {
@@ -473,6 +591,104 @@ mod tests {
         let mut out = Vec::new();
         filter.release(u64::MAX, &mut |s| out.push((s.kind, s.time)));
         assert_eq!(out, [(SampleKind::Exited, 10), (SampleKind::LeftCpu, 25)]);
+    }
+
+    fn sample(tid: u32, time: u64) -> Sample<'static> {
+        Sample {
+            kind: SampleKind::OnCpu,
+            ..left(tid, time)
+        }
+    }
+
+    /// A daemon's filter holds the threads seen lately only: a thread that ran once, long ago,
+    /// leaves the maps; one seen since stays with its name.
+    #[test]
+    fn threads_not_seen_for_a_while_are_forgotten() {
+        let sec = 1_000_000_000;
+        let mut filter = ProcessFilter::keeping_threads(9, 10 * sec);
+        let mut none = |_: &Sample<'_>| {};
+        let comm = |tid| ParsedRecord::Comm {
+            pid: 9,
+            tid,
+            name: b"worker",
+        };
+        for tid in [1, 2] {
+            filter.take(&comm(tid), &mut none);
+            filter.take(&ParsedRecord::Sample(sample(tid, sec)), &mut none);
+        }
+        filter.take(&ParsedRecord::Sample(sample(2, 9 * sec)), &mut none);
+        assert_eq!(filter.threads_sampled(), 2);
+        // A thread per second, each sampled once, for a while.
+        for second in 10..100 {
+            let tid = 100 + second as u32;
+            filter.take(&comm(tid), &mut none);
+            filter.take(&ParsedRecord::Sample(sample(tid, second * sec)), &mut none);
+            filter.take(&ParsedRecord::Sample(sample(2, second * sec)), &mut none);
+        }
+        assert!(!filter.names.contains_key(&1));
+        assert_eq!(filter.names.get(&2).map(String::as_str), Some("worker"));
+        // Those of the last 10 s, and up to a quarter of that more before the next pruning.
+        let kept = filter.threads_sampled();
+        assert!((11..=15).contains(&kept), "{kept} threads kept");
+        assert!(filter.names.len() <= kept && filter.recent.unwrap().seen.len() == kept);
+    }
+
+    /// A recording's filter keeps every thread: its names are the profile's.
+    #[test]
+    fn a_recording_keeps_every_thread() {
+        let mut filter = ProcessFilter::new(9);
+        for second in 0..100 {
+            let s = sample(second as u32, second * 1_000_000_000);
+            filter.take(&ParsedRecord::Sample(s), &mut |_| {});
+        }
+        assert_eq!(filter.threads_sampled(), 100);
+    }
+
+    fn plan(budget: Budget) -> RingPlan {
+        let config = SamplerConfig {
+            frequency_hz: 999,
+            ..SamplerConfig::default()
+        };
+        config.ring_plan_with(2, budget, usize::MAX)
+    }
+
+    /// Rings cut short by jvmperf's own ceiling are not said to be refused by the kernel, and
+    /// rings the kernel refused are.
+    #[test]
+    fn the_ring_note_names_the_cause_of_small_rings() {
+        let page = super::super::ring::page_size();
+        let own = Budget {
+            pages: 4 << 20 >> page.trailing_zeros(),
+            kernel_limited: false,
+            source: "jvmperf's own ceiling of 4 MiB (the kernel sets none with CAP_IPC_LOCK)"
+                .to_string(),
+        };
+        let mut short = plan(own.clone());
+        let available = own.pages;
+        let (_, pages) =
+            map_cpu_rings(&mut short, &[0, 1], available, |_, pages| Ok(*pages)).unwrap();
+        assert!(pages < short.cpu_pages, "the ceiling is short");
+        let note = cpu_ring_note(&short, pages, 999).unwrap();
+        assert!(!note.contains("kernel refused"), "{note}");
+        assert!(
+            note.contains("jvmperf's locked-memory budget is short (jvmperf's own ceiling"),
+            "{note}"
+        );
+        assert!(note.ends_with("(lower -F or --stack-size)"), "{note}");
+
+        let mut refused = plan(Budget::unlimited());
+        let (_, pages) = map_cpu_rings(&mut refused, &[0, 1], usize::MAX, |_, pages| {
+            *pages /= 4;
+            Ok(())
+        })
+        .unwrap();
+        let note = cpu_ring_note(&refused, pages, 999).unwrap();
+        assert!(note.contains("the kernel refused larger ones"), "{note}");
+
+        let mut ample = plan(Budget::unlimited());
+        let (_, pages) =
+            map_cpu_rings(&mut ample, &[0, 1], usize::MAX, |_, pages| Ok(*pages)).unwrap();
+        assert_eq!(cpu_ring_note(&ample, pages, 999), None);
     }
 
     #[test]

@@ -33,7 +33,8 @@ const OPEN_BATCH: std::time::Duration = std::time::Duration::from_millis(25);
 const FIRST_PERIOD_MAX_SPEEDUP: u64 = 32;
 
 struct ThreadEvent {
-    /// Wall-clock mode's context-switch event, writing into `event`'s ring.
+    /// A second event writing into `event`'s ring: wall-clock mode's context-switch event, or
+    /// the second uprobe.
     switch: Option<OwnedFd>,
     event: MappedEvent,
     /// Found busy, but the budget had no room for a larger ring.
@@ -109,7 +110,7 @@ pub(super) struct ThreadSampler {
     pid: u32,
     config: SamplerConfig,
     attr: perf_event_attr,
-    /// Wall-clock mode's context-switch event.
+    /// The second event per thread: wall-clock mode's context-switch event, or the second uprobe.
     switch_attr: Option<perf_event_attr>,
     pub plan: RingPlan,
     enabled: bool,
@@ -138,12 +139,23 @@ impl ThreadSampler {
         let tids = super::list_threads(pid)?;
         raise_fd_limit();
         let plan = config.ring_plan(tids.len(), super::Host::current().budget());
-        let attr = attr::event_attr(config);
+        let (attr, second) = match &config.uprobes {
+            Some(probes) => {
+                let pmu = super::uprobe_pmu()?;
+                let second =
+                    (probes.offsets.len() > 1).then(|| attr::uprobe_attr(config, pmu, probes, 1));
+                (attr::uprobe_attr(config, pmu, probes, 0), second)
+            }
+            None => {
+                let attr = attr::event_attr(config);
+                (attr, config.wall.then(|| attr::switch_attr(&attr)))
+            }
+        };
         let mut sampler = ThreadSampler {
             pid,
             config: config.clone(),
             attr,
-            switch_attr: config.wall.then(|| attr::switch_attr(&attr)),
+            switch_attr: second,
             plan,
             enabled: true,
             epoll,
@@ -244,6 +256,10 @@ impl ThreadSampler {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^= z >> 31;
         let period = self.config.period_ns();
+        if self.config.uprobes.is_some() {
+            // Every hit counts from the first: nothing to stagger.
+            return period;
+        }
         let shortest = (period / FIRST_PERIOD_MAX_SPEEDUP).max(1);
         shortest + z % (period - shortest + 1)
     }
@@ -264,7 +280,10 @@ impl ThreadSampler {
         let mut pages = wanted;
         let enabled = self.enabled && !busy;
         self.attr.set_disabled(u64::from(!enabled));
-        self.attr.sample_period = first_period;
+        self.attr.sample_period = match &self.config.uprobes {
+            Some(probes) => probes.period.max(1),
+            None => first_period,
+        };
         let (fd, ring) = loop {
             // Epoll reports the buffer readable once a quarter full.
             let wakeup = pages * self.plan.page_size / 4;
@@ -304,7 +323,11 @@ impl ThreadSampler {
         };
         let layout = RecordLayout {
             kernel_callchain: self.config.kernel_callchain,
-            switch_event: switch.as_ref().map(|(_, id)| *id),
+            // Uprobe samples are told apart by their ip, all of them taken at the probes.
+            switch_event: switch
+                .as_ref()
+                .filter(|_| self.config.wall)
+                .map(|(_, id)| *id),
             switch_ring: false,
         };
         self.plan.mapped(pages, wanted, busy);
@@ -343,7 +366,7 @@ impl ThreadSampler {
         let id = id.map_err(|e| {
             Error::new(
                 ErrorKind::Sampling,
-                format!("cannot route thread {tid}'s context-switch samples to its ring: {e}"),
+                format!("cannot route thread {tid}'s second event's samples to its ring: {e}"),
             )
         })?;
         Ok(Some((fd, id)))

@@ -20,6 +20,8 @@ const MIN_AGE: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone)]
 pub struct FoundJvm {
     pub pid: u32,
+    /// When its process started (clock ticks after boot): with the pid, it names the process.
+    pub start: u64,
     /// Main class, or jar file name, or the command name.
     pub name: String,
 }
@@ -78,8 +80,10 @@ impl Seen {
             {
                 continue;
             }
-            let name = main_name(&args).unwrap_or_else(|| comm.trim().to_string());
-            found.push(FoundJvm { pid, name });
+            let name = own_name(pid)
+                .or_else(|| main_name(&args))
+                .unwrap_or_else(|| comm.trim().to_string());
+            found.push(FoundJvm { pid, start, name });
         }
         found
     }
@@ -154,6 +158,25 @@ pub fn target_labels(
     ]
 }
 
+/// The main class or jar the JVM names itself by in its performance counters (as `jps` shows
+/// it): right whatever launcher started it (`javac --release 11 …` runs
+/// `com.sun.tools.javac.Main`).
+fn own_name(pid: u32) -> Option<String> {
+    let process = crate::process::TargetProcess::open(pid).ok()?;
+    command_name(&crate::process::hsperf::java_command(&process)?)
+}
+
+/// The main class, jar file name or module's main class of `sun.rt.javaCommand` (`bench.App
+/// --port 1`, `/opt/app.jar`, `jdk.compiler/com.sun.tools.javac.Main`).
+fn command_name(command: &str) -> Option<String> {
+    let first = command.split_whitespace().next()?;
+    let name = match first.strip_suffix(".jar") {
+        Some(_) => Path::new(first).file_name()?.to_str()?,
+        None => first.rsplit('/').next()?,
+    };
+    (!name.is_empty()).then(|| name.to_string())
+}
+
 /// The main class (`bench.App`), the jar's file name (`app.jar`) or the module's main class
 /// from a `java` command line.
 pub fn main_name(args: &[String]) -> Option<String> {
@@ -222,6 +245,32 @@ mod tests {
         for (line, want) in cases {
             assert_eq!(main_name(&args(line)).as_deref(), want, "{line}");
         }
+    }
+
+    #[test]
+    fn the_jvms_own_command_names_its_main_class_or_jar() {
+        for (command, want) in [
+            ("bench.App --port 1", Some("bench.App")),
+            ("/opt/svc/app.jar -v", Some("app.jar")),
+            (
+                "jdk.compiler/com.sun.tools.javac.Main --release 11",
+                Some("com.sun.tools.javac.Main"),
+            ),
+            ("", None),
+        ] {
+            assert_eq!(command_name(command).as_deref(), want, "{command}");
+        }
+    }
+
+    #[test]
+    fn a_jvm_started_from_an_argument_file_is_named_by_its_main_class() {
+        let Some(jvm) = crate::native::testutil::SleepingJvm::start() else {
+            return;
+        };
+        let args = command_line(&proc_process(jvm.pid()).unwrap());
+        assert!(args.iter().any(|a| a.starts_with('@')), "{args:?}");
+        assert_ne!(main_name(&args).as_deref(), Some("Sleep"), "{args:?}");
+        assert_eq!(own_name(jvm.pid()).as_deref(), Some("Sleep"));
     }
 
     #[test]

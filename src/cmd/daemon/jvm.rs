@@ -30,7 +30,9 @@ pub struct Shared {
     pub stop: AtomicBool,
     /// Attaches started since the budget last looked (one-off work, not steady cost).
     pub attaches: AtomicU64,
-    pub status: Mutex<std::collections::BTreeMap<u32, JvmStatus>>,
+    /// By pid and process start time: a JVM that exited and a new one given its pid may both
+    /// be written for a while.
+    pub status: Mutex<std::collections::BTreeMap<(u32, u64), JvmStatus>>,
     /// Where profiles wait for `--push`.
     pub push: Option<super::push::Queue>,
 }
@@ -62,9 +64,18 @@ impl JvmStatus {
     }
 }
 
+/// Whether `jvm`'s process still has its pid: not exited, and no other process given its pid.
+fn still_there(jvm: &FoundJvm) -> bool {
+    crate::process::identity::start_time(jvm.pid) == Some(jvm.start)
+}
+
 /// Profile `jvm` until it exits or the daemon stops; log its trouble once.
 pub fn run(jvm: FoundJvm, shared: Arc<Shared>) {
     let pid = jvm.pid;
+    let key = (pid, jvm.start);
+    if !still_there(&jvm) {
+        return;
+    }
     shared.attaches.fetch_add(1, Ordering::Relaxed);
     let started = Engine::start(EngineOptions {
         pid,
@@ -89,11 +100,21 @@ pub fn run(jvm: FoundJvm, shared: Arc<Shared>) {
             return;
         }
     };
+    // The engine opened whatever process has the pid now: the one found, or a later one.
+    if !still_there(&jvm) {
+        super::log(&format!(
+            "not profiling JVM {pid} ({}): it exited",
+            jvm.name
+        ));
+        return;
+    }
     let mut out = JvmOutput {
         dir: shared.dir.join(format!("{}-{pid}", file_safe(&jvm.name))),
         labels: super::discovery::target_labels(&shared.host, pid, &jvm.name, engine.jdk_version()),
         format: shared.format,
         files: 0,
+        host: shared.events.clone(),
+        host_lost: shared.events.as_ref().map_or(0, |h| h.stats().lost),
     };
     let agentless = engine
         .agentless()
@@ -133,7 +154,7 @@ pub fn run(jvm: FoundJvm, shared: Arc<Shared>) {
                 out.write(&interval, &jvm.name, shared.push.as_ref());
             }
         }
-        update_status(&shared, pid, &jvm.name, &engine, out.files);
+        update_status(&shared, key, &jvm.name, &engine, out.files);
     }
     let last = engine.finish_interval();
     out.write(&last, &jvm.name, shared.push.as_ref());
@@ -141,7 +162,7 @@ pub fn run(jvm: FoundJvm, shared: Arc<Shared>) {
         .status
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .remove(&pid);
+        .remove(&key);
     if let Some(why) = trouble {
         super::log(&format!(
             "stopped profiling JVM {pid} ({}): {why}; its last interval ({} samples) was written, {} files in all",
@@ -150,7 +171,7 @@ pub fn run(jvm: FoundJvm, shared: Arc<Shared>) {
     }
 }
 
-fn update_status(shared: &Shared, pid: u32, name: &str, engine: &Engine, files: u64) {
+fn update_status(shared: &Shared, key: (u32, u64), name: &str, engine: &Engine, files: u64) {
     let stats = engine.stats();
     let status = JvmStatus {
         name: name.to_string(),
@@ -165,7 +186,7 @@ fn update_status(shared: &Shared, pid: u32, name: &str, engine: &Engine, files: 
         .status
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(pid, status);
+        .insert(key, status);
 }
 
 /// Where and how one JVM's intervals are written.
@@ -174,6 +195,10 @@ struct JvmOutput {
     labels: Vec<(String, String)>,
     format: Format,
     files: u64,
+    /// The daemon's per-CPU events, and their losses (every process's) when the last file was
+    /// written.
+    host: Option<Arc<crate::sampler::HostSampler>>,
+    host_lost: u64,
 }
 
 impl JvmOutput {
@@ -196,8 +221,11 @@ impl JvmOutput {
         });
         profile.labels = self.labels.clone();
         profile.comments.push(format!(
-            "jvmperf daemon: rate_hz={} samples={} lost={}",
-            interval.frequency_hz, interval.samples, interval.lost
+            "jvmperf daemon: rate_hz={} samples={} lost={}{}",
+            interval.frequency_hz,
+            interval.samples,
+            interval.lost,
+            self.host_lost_since_last()
         ));
         let opts = OutputOptions { threads: false };
         let written = output::render(&profile, self.format, &opts).and_then(|bytes| {
@@ -226,6 +254,21 @@ impl JvmOutput {
                 self.labels[1].1, interval.samples
             ));
         }
+    }
+}
+
+impl JvmOutput {
+    /// ` host_lost=N`: samples the per-CPU rings lost since the last file, of any process on
+    /// the host (the kernel's LOST records do not say whose), beside `lost`, this JVM's own
+    /// samples dropped after the rings; empty with events per thread.
+    fn host_lost_since_last(&mut self) -> String {
+        let Some(host) = &self.host else {
+            return String::new();
+        };
+        let lost = host.stats().lost;
+        let since = lost.saturating_sub(self.host_lost);
+        self.host_lost = lost;
+        format!(" host_lost={since}")
     }
 }
 

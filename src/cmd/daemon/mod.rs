@@ -108,6 +108,8 @@ fn host_events(opts: &DaemonOptions) -> Result<Option<Arc<HostSampler>>> {
     match HostSampler::open(&config) {
         Ok(host) => {
             log("sampling per CPU: one event per CPU for every JVM");
+            // A thread's name is needed until the interval of its last sample is written.
+            host.keep_threads_for(2 * opts.interval + Duration::from_secs(10));
             Ok(Some(host))
         }
         Err(e) if opts.sampling == Sampling::Auto && e.kind == ErrorKind::Permission => {
@@ -123,7 +125,8 @@ pub(crate) fn log(line: &str) {
 }
 
 pub fn run(opts: &DaemonOptions) -> Result<()> {
-    let _priority = crate::priority::raise(&opts.pids);
+    // Not the session's autogroup: JVMs found later may share it (see `priority`).
+    crate::priority::raise_process_only();
     if !opts.max_cpu.is_finite() || opts.max_cpu <= 0.0 {
         return Err(Error::new(
             ErrorKind::Usage,
@@ -202,6 +205,7 @@ pub fn run(opts: &DaemonOptions) -> Result<()> {
     let mut budget = budget::CpuBudget::new(opts.max_cpu, opts.frequency_hz);
     let mut last_scan: Option<Instant> = None;
     let mut last_review = Instant::now();
+    let mut host_lost = 0;
     while !stop.load(Ordering::Relaxed) {
         if last_scan.is_none_or(|t| t.elapsed() >= SCAN_EVERY) {
             last_scan = Some(Instant::now());
@@ -224,6 +228,9 @@ pub fn run(opts: &DaemonOptions) -> Result<()> {
             if let Some(change) = budget.review(one_off) {
                 log(&change);
                 shared.rate_hz.store(budget.rate_hz(), Ordering::Relaxed);
+            }
+            if let Some(note) = host_losses(&shared, &mut host_lost) {
+                log(&note);
             }
             for gone in retention::enforce(&opts.dir, limits, std::time::SystemTime::now()) {
                 log(&format!("retention: deleted {}", gone.display()));
@@ -260,19 +267,44 @@ pub fn run(opts: &DaemonOptions) -> Result<()> {
     Ok(())
 }
 
+/// A line saying how many samples the per-CPU rings lost since `*seen` (which it updates),
+/// when they lost any: those are every process's samples, not one JVM's.
+fn host_losses(shared: &Shared, seen: &mut u64) -> Option<String> {
+    let host = shared.events.as_ref()?;
+    let lost = host.stats().lost;
+    let since = lost.saturating_sub(*seen);
+    *seen = lost;
+    if since == 0 {
+        return None;
+    }
+    let why = host
+        .ring_note()
+        .unwrap_or_else(|| "the daemon drained them too late".to_string());
+    Some(format!(
+        "host_lost={since}: the per-CPU rings lost {since} samples of the host's processes \
+         (JVMs or not) since the last interval; {why}"
+    ))
+}
+
 /// The status report (SIGUSR1): the daemon's CPU and memory, then one line per JVM.
 fn print_status(shared: &Shared, budget: &budget::CpuBudget) {
     let kib = crate::cmd::record::own_memory_kib();
+    // With per-CPU events: samples the rings lost, of every process on the host.
+    let host_lost = shared
+        .events
+        .as_ref()
+        .map(|h| format!(" host_lost={}", h.stats().lost))
+        .unwrap_or_default();
     let jvms = shared.status.lock().unwrap_or_else(|e| e.into_inner());
     log(&format!(
-        "status jvms={} rate_hz={} cpu_percent_last_window={:.2} rss_kib={} rss_anon_kib={}",
+        "status jvms={} rate_hz={} cpu_percent_last_window={:.2} rss_kib={} rss_anon_kib={}{host_lost}",
         jvms.len(),
         budget.rate_hz(),
         budget.last_percent,
         kib("VmRSS:"),
         kib("RssAnon:")
     ));
-    for (pid, s) in jvms.iter() {
+    for ((pid, _), s) in jvms.iter() {
         log(&format!("status {}", s.line(*pid)));
     }
 }

@@ -66,6 +66,8 @@
     return { threads, unit: d.unit_ns, timed: d.timed, t0: d.t0_ns };
   }
   const SM = sampleSet(D.samples);
+  // What weights count: samples, or bytes in an allocation profile.
+  const UNIT = D.unit || 'samples';
   const BASE = D.baseline ? sampleSet(D.baseline) : null;
   const span = maxOf(SM.threads.map((t) => (t.n ? t.time[t.n - 1] + 1 : 1)));
   // The rows of thread t inside the time window.
@@ -160,7 +162,7 @@
     cur.matched = self;
     const pct = cur.sw.total ? (100 * w) / cur.sw.total : 0;
     $('search-share').textContent =
-      `matched ${pct.toFixed(2)}% (${fmt(w)} of ${fmt(cur.sw.total)} samples)`;
+      `matched ${pct.toFixed(2)}% (${fmt(w)} of ${fmt(cur.sw.total)} ${UNIT})`;
     $('search-share').dataset.share = pct.toFixed(4);
   }
 
@@ -335,7 +337,7 @@
       rows.push(['kind', D.kinds[fKind[f]].name]);
       if (S[fDetail[f]]) rows.push(['', S[fDetail[f]]]);
     }
-    rows.push(['samples', fmt(tree.total[b.node])]);
+    rows.push([UNIT, fmt(tree.total[b.node])]);
     rows.push(['total', pct(tree.total[b.node], total)]);
     rows.push(['self', pct(tree.self[b.node], total)]);
     if (tree.base) {
@@ -356,7 +358,7 @@
 
   // ----------------------------------------------------------------------- side tables
   function renderSelection() {
-    const parts = [`${fmt(cur.sw.total)} samples`];
+    const parts = [`${fmt(cur.sw.total)} ${UNIT}`];
     const all = SM.threads.reduce((sum, t) => sum + t.samples, 0);
     if (cur.sw.total !== all) parts.push(`${pct(cur.sw.total, all)} of ${fmt(all)}`);
     if (state.range) parts.push(rangeText(state.range));
@@ -628,9 +630,11 @@
   document.title = D.title;
   $('subtitle').textContent = D.description.join(' · ') +
     (D.clock === 'wall' ? ' · a wall-clock profile: samples of threads running or waiting'
+      : D.clock === 'alloc_space' ? ' · an allocation profile: bytes allocated, by stack and allocated class'
       : ' · a CPU profile: samples of threads on a CPU');
   for (const k of D.kinds) {
     if (k.name === 'thread') continue;
+    if (k.name === 'allocated class' && D.clock !== 'alloc_space') continue;
     const li = document.createElement('li'), sw = document.createElement('span');
     sw.style.background = k.color;
     li.append(sw, k.name);

@@ -283,7 +283,11 @@ fn stack_frame(c: &mut Constants, f: &Frame) -> (u64, i32, i32, u64) {
         FrameKind::Interpreted => (java(c), line, bci, frame_type(INTERPRETED)),
         // A Java native method (JNI) keeps its class.
         FrameKind::Native if f.signature.is_some() => (java(c), -1, -1, frame_type(NATIVE)),
-        FrameKind::Native | FrameKind::Stub | FrameKind::Kernel | FrameKind::Thread => {
+        FrameKind::Native
+        | FrameKind::Stub
+        | FrameKind::Kernel
+        | FrameKind::Thread
+        | FrameKind::Allocated => {
             let (class, t) = match f.kind {
                 FrameKind::Kernel => (KERNEL_CLASS, KERNEL),
                 FrameKind::Stub => (STUBS_CLASS, NATIVE),
@@ -313,6 +317,13 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
     let events: u64 = match profile.clock {
         Clock::Cpu => profile.total_weight(),
         Clock::Wall => profile.samples.len() as u64,
+        Clock::Alloc => {
+            return Err(Error::new(
+                ErrorKind::Usage,
+                "allocation profiles are not written as JFR yet: write pprof (.pb.gz), HTML, \
+                 SVG, collapsed, speedscope or .jvmperf instead",
+            ))
+        }
     };
     if events > MAX_EVENTS {
         return Err(Error::new(
@@ -375,7 +386,7 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
         body.clear();
         let (type_id, copies) = match profile.clock {
             Clock::Cpu => (T_EXECUTION_SAMPLE, s.weight),
-            Clock::Wall => (T_WALL_CLOCK_SAMPLE, 1),
+            Clock::Wall | Clock::Alloc => (T_WALL_CLOCK_SAMPLE, 1),
         };
         put_varint(&mut body, type_id);
         put_varint(&mut body, time);
@@ -485,7 +496,7 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
     );
     let state = match profile.clock {
         Clock::Cpu => "STATE_RUNNABLE",
-        Clock::Wall => "STATE_UNKNOWN",
+        Clock::Wall | Clock::Alloc => "STATE_UNKNOWN",
     };
     pool(
         T_THREAD_STATE,
