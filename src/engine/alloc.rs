@@ -104,9 +104,10 @@ impl AllocProbes {
 
 /// A one-line error for a libjvm without the function, naming the package that has it.
 fn missing(libjvm: &str, major: Option<u32>, function: &str) -> Error {
-    let package = major.map_or_else(
-        || "the JDK's debug-info package (Debian/Ubuntu: openjdk-<N>-dbg; Fedora/RHEL: java-<N>-openjdk-debuginfo)".to_string(),
-        |n| format!("the JDK's debug-info package (Debian/Ubuntu: openjdk-{n}-dbg; Fedora/RHEL: java-{n}-openjdk-debuginfo)"),
+    let n = major.map_or_else(|| "<N>".to_string(), |n| n.to_string());
+    let package = format!(
+        "the JDK's debug-info package (Debian/Ubuntu: openjdk-{n}-dbg; Fedora/RHEL: \
+         java-{n}-openjdk-debuginfo)"
     );
     Error::new(
         ErrorKind::Usage,

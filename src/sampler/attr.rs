@@ -297,8 +297,25 @@ pub(super) fn max_sample_rate() -> Option<u64> {
     read_sysctl("perf_event_max_sample_rate").and_then(|v| u64::try_from(v).ok())
 }
 
-/// A one-line error for a failed `perf_event_open`, naming the fix where there is one.
-pub(super) fn open_error(e: &io::Error, tid: u32, config: &SamplerConfig) -> Error {
+/// What a perf event was opened on, for messages.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Target {
+    Thread(u32),
+    Cpu(u32),
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Thread(tid) => write!(f, "thread {tid}"),
+            Target::Cpu(cpu) => write!(f, "CPU {cpu}"),
+        }
+    }
+}
+
+/// A one-line error for a failed `perf_event_open` on `target`, naming the fix where there is
+/// one.
+pub(super) fn open_error(e: &io::Error, target: Target, config: &SamplerConfig) -> Error {
     let paranoid = read_sysctl("perf_event_paranoid")
         .map(|v| format!("kernel.perf_event_paranoid={v}"))
         .unwrap_or_else(|| "kernel.perf_event_paranoid".to_string());
@@ -312,7 +329,7 @@ pub(super) fn open_error(e: &io::Error, tid: u32, config: &SamplerConfig) -> Err
         Some(libc::EACCES | libc::EPERM) => Error::new(
             ErrorKind::Permission,
             format!(
-                "perf_event_open on thread {tid} denied ({paranoid}): run as root or with \
+                "perf_event_open on {target} denied ({paranoid}): run as root or with \
                  CAP_PERFMON, or `sysctl kernel.perf_event_paranoid={level}` and profile as the \
                  target's user"
             ),
@@ -320,23 +337,29 @@ pub(super) fn open_error(e: &io::Error, tid: u32, config: &SamplerConfig) -> Err
         Some(libc::ENOENT | libc::ENODEV | libc::EOPNOTSUPP) => Error::new(
             ErrorKind::Sampling,
             format!(
-                "perf_event_open on thread {tid} failed: {e} (this kernel or container offers no \
+                "perf_event_open on {target} failed: {e} (this kernel or container offers no \
                  software cpu-clock perf events; check that perf_event_open is not blocked by \
                  seccomp)"
             ),
         ),
-        Some(libc::EMFILE | libc::ENFILE) => Error::new(
-            ErrorKind::Sampling,
-            format!(
-                "out of file descriptors opening perf events (one per thread) at thread {tid}: \
-                 raise the limit with `ulimit -n` (jvmperf raises its soft limit to the hard one), \
-                 or sample per CPU, one event per CPU (as root or with CAP_PERFMON)"
-            ),
-        ),
-        Some(libc::ENOMEM) => Error::new(
-            ErrorKind::Sampling,
-            memory_hint(&format!("thread {tid}"), e),
-        ),
+        Some(libc::EMFILE | libc::ENFILE) => {
+            let (each, or_per_cpu) = match target {
+                Target::Thread(_) => (
+                    " (one per thread)",
+                    ", or sample per CPU, one event per CPU (as root or with CAP_PERFMON)",
+                ),
+                Target::Cpu(_) => ("", ""),
+            };
+            Error::new(
+                ErrorKind::Sampling,
+                format!(
+                    "out of file descriptors opening perf events{each} at {target}: raise the \
+                     limit with `ulimit -n` (jvmperf raises its soft limit to the hard \
+                     one){or_per_cpu}"
+                ),
+            )
+        }
+        Some(libc::ENOMEM) => Error::new(ErrorKind::Sampling, memory_hint(&target.to_string(), e)),
         Some(libc::EINVAL) => {
             let rate = max_sample_rate()
                 .map(|m| format!(" (kernel.perf_event_max_sample_rate={m})"))
@@ -344,7 +367,7 @@ pub(super) fn open_error(e: &io::Error, tid: u32, config: &SamplerConfig) -> Err
             Error::new(
                 ErrorKind::Sampling,
                 format!(
-                    "perf_event_open on thread {tid} rejected the event: {e}; check the frequency \
+                    "perf_event_open on {target} rejected the event: {e}; check the frequency \
                      {} Hz{rate} and the stack size {}",
                     config.frequency_hz, config.stack_size
                 ),
@@ -352,7 +375,7 @@ pub(super) fn open_error(e: &io::Error, tid: u32, config: &SamplerConfig) -> Err
         }
         _ => Error::new(
             ErrorKind::Sampling,
-            format!("perf_event_open on thread {tid} failed: {e}"),
+            format!("perf_event_open on {target} failed: {e}"),
         ),
     }
 }
@@ -368,13 +391,7 @@ pub(super) fn cpu_open_error(e: &io::Error, cpu: u32, config: &SamplerConfig) ->
                 privilege()
             ),
         ),
-        _ => {
-            let e = open_error(e, 0, config);
-            Error::new(
-                e.kind,
-                e.message.replace("on thread 0", &format!("on CPU {cpu}")),
-            )
-        }
+        _ => open_error(e, Target::Cpu(cpu), config),
     }
 }
 
@@ -421,7 +438,7 @@ mod tests {
     fn error_for(errno: i32) -> Error {
         open_error(
             &io::Error::from_raw_os_error(errno),
-            42,
+            Target::Thread(42),
             &SamplerConfig::default(),
         )
     }
@@ -446,6 +463,17 @@ mod tests {
         );
         assert!(mmap.message.contains("RLIMIT_MEMLOCK") && mmap.message.contains("1024 KiB"));
         assert!(!error_for(libc::EINVAL).message.contains('\n'));
+    }
+
+    #[test]
+    fn per_cpu_errors_name_the_cpu_and_advise_no_mode_already_in_use() {
+        let config = SamplerConfig::default();
+        for errno in [libc::EMFILE, libc::ENOMEM, libc::EINVAL, libc::ENOENT] {
+            let e = cpu_open_error(&io::Error::from_raw_os_error(errno), 3, &config);
+            assert!(e.message.contains("CPU 3"), "{}", e.message);
+            assert!(!e.message.contains("thread"), "{}", e.message);
+            assert!(!e.message.contains("sample per CPU"), "{}", e.message);
+        }
     }
 
     #[test]

@@ -352,7 +352,7 @@ impl Sampler {
                 }),
                 Ok(None) => err(ErrorKind::NoProcess, format!("process {pid} has exited")),
                 Err(e) if config.uprobes.is_some() => Err(uprobe_open_error(&e, config)),
-                Err(e) => Err(attr::open_error(&e, pid, config)),
+                Err(e) => Err(attr::open_error(&e, attr::Target::Thread(pid), config)),
             }
         };
         if config.uprobes.is_some() {

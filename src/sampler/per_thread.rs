@@ -288,8 +288,13 @@ impl ThreadSampler {
             // Epoll reports the buffer readable once a quarter full.
             let wakeup = pages * self.plan.page_size / 4;
             let opened = attr::open(&mut self.attr, wakeup, tid as i32, -1);
-            let opened =
-                opened.map_err(|e| OpenError::Other(attr::open_error(&e, tid, &self.config)));
+            let opened = opened.map_err(|e| {
+                OpenError::Other(attr::open_error(
+                    &e,
+                    attr::Target::Thread(tid),
+                    &self.config,
+                ))
+            });
             let Some(fd) = opened? else {
                 return Ok(None);
             };
@@ -359,7 +364,9 @@ impl ThreadSampler {
         switch_attr.set_disabled(u64::from(!enabled));
         // The ring's fill level wakes epoll through the CPU-clock event.
         let opened = attr::open(switch_attr, 0, tid as i32, -1);
-        let Some(fd) = opened.map_err(|e| attr::open_error(&e, tid, &self.config))? else {
+        let Some(fd) =
+            opened.map_err(|e| attr::open_error(&e, attr::Target::Thread(tid), &self.config))?
+        else {
             return Ok(None);
         };
         let id = attr::set_output(&fd, cpu_clock).and_then(|()| attr::event_id(&fd));
