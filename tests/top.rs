@@ -141,6 +141,29 @@ fn top_wall_shows_where_threads_wait() {
     assert!(jvm.is_alive());
 }
 
+/// With -e alloc, the allocated classes lead the table, and the title counts bytes.
+#[test]
+fn top_alloc_shows_the_allocated_classes() {
+    let _turn = one_at_a_time();
+    let jvm = Jvm::start(&["-Xmx1g"], "bench.Allocs", &[]);
+    let tmux = Tmux::start("alloc");
+    let cmd = format!(
+        "{} top -p {} -e alloc",
+        env!("CARGO_BIN_EXE_jvmperf"),
+        jvm.pid
+    );
+    tmux.keys(&[&cmd, "Enter"]);
+    let screen = tmux.wait_for("bytes in the title", Duration::from_secs(60), |s| {
+        s.contains("SELF%") && s.contains("long[]")
+    });
+    assert!(
+        screen.contains("allocations") && screen.contains("MiB allocated"),
+        "{screen}"
+    );
+    tmux.keys(&["q"]);
+    assert!(jvm.is_alive());
+}
+
 /// A JVM of 3000 threads keeping both cores busy: top comes up, and Ctrl-C ends it. On Linux 6.18
 /// with autogroups, a terminal's session at nice 0 got no CPU time beside this JVM's session until
 /// the JVM exited: top drew nothing and Ctrl-C did nothing. top now raises its session's autogroup

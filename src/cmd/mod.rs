@@ -6,6 +6,7 @@ pub mod daemon;
 pub mod diff;
 pub mod doctor;
 pub mod dump;
+mod event_args;
 pub mod jitmap;
 pub mod reachability;
 pub mod record;

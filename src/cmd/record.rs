@@ -1,8 +1,8 @@
 //! `jvmperf record`: run the recording engine on one JVM for a duration (or until Ctrl-C / SIGTERM
 //! / the target's exit), then write the profile in the format asked for and a summary.
 
-use crate::engine::alloc::AllocOptions;
-use crate::engine::{Agent, Engine, EngineOptions, Recording, SampledEvents, Wall};
+use super::event_args::{Event, EventArgs};
+use crate::engine::{Agent, Engine, EngineOptions, Recording};
 use crate::error::{Error, ErrorKind, Result};
 use crate::output::{self, Format, OutputOptions, SampleSpill};
 use crate::profile::WallInterval;
@@ -49,21 +49,8 @@ pub struct RecordOptions {
     /// Add the thread name as each stack's root frame.
     #[arg(long)]
     pub threads: bool,
-    /// What to sample: CPU time; wall-clock time (as --wall); or allocations (bytes allocated,
-    /// by stack and class allocated: uprobes on libjvm's allocation tracer, per thread; needs
-    /// libjvm's symbols, and root or CAP_PERFMON).
-    #[arg(short = 'e', long = "event", value_enum, default_value = "cpu")]
-    pub event: Event,
-    /// With -e alloc: a sample every this many TLAB refills or allocations outside a TLAB.
-    #[arg(short = 'c', long = "period", value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub period: u64,
-    /// Wall-clock time (-e wall): every thread counts at the rate whether it runs or not, so
-    /// sleeping, parking, lock waits, I/O and waiting for a CPU show with their share of the time
-    /// (per CPU the stacks of waiting threads are read from outside; per thread each context
-    /// switch costs the thread a stack sample; see docs/wall-clock.md).
-    #[arg(long)]
-    pub wall: bool,
+    #[command(flatten)]
+    pub events: EventArgs,
     /// With -e wall, keep threads that were blocked for the whole recording.
     #[arg(long)]
     pub idle: bool,
@@ -90,35 +77,12 @@ pub struct RecordOptions {
     pub status_every: Option<Duration>,
 }
 
-/// What `record` samples.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Event {
-    Cpu,
-    Wall,
-    Alloc,
-}
-
 impl RecordOptions {
-    /// The event asked for, `--wall` being `-e wall`.
+    /// The event asked for; `--idle` only with it `wall`.
     fn event(&self) -> Result<Event> {
-        let event = match (self.wall, self.event) {
-            (true, Event::Cpu | Event::Wall) => Event::Wall,
-            (true, other) => {
-                return Err(Error::new(
-                    ErrorKind::Usage,
-                    format!("--wall is -e wall: it cannot go with -e {other:?}").to_lowercase(),
-                ))
-            }
-            (false, event) => event,
-        };
+        let event = self.events.event()?;
         if self.idle && event != Event::Wall {
             return Err(Error::new(ErrorKind::Usage, "--idle goes with -e wall"));
-        }
-        if self.period != 1 && event != Event::Alloc {
-            return Err(Error::new(
-                ErrorKind::Usage,
-                "-c goes with -e alloc: CPU and wall-clock time are sampled at -F HZ",
-            ));
         }
         Ok(event)
     }
@@ -148,11 +112,6 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             )
         })
         .transpose()?;
-    let sampled = SampledEvents {
-        alloc: (event == Event::Alloc).then_some(AllocOptions {
-            period: opts.period,
-        }),
-    };
     let real_time = crate::priority::real_time();
     let mut engine = Engine::start_events(
         EngineOptions {
@@ -169,11 +128,11 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
                 Agent::Fallback
             },
             keep_sample_times: false,
-            wall: (event == Event::Wall).then_some(Wall { idle: opts.idle }),
+            wall: event.wall(opts.idle),
             sampling: opts.sampling,
             host: None,
         },
-        sampled,
+        opts.events.sampled(event),
     )?;
     if let Some(why) = engine.agentless() {
         eprintln!(
@@ -514,16 +473,10 @@ mod tests {
     }
 
     #[test]
-    fn wall_is_an_alias_of_e_wall_and_c_goes_with_alloc() {
-        assert_eq!(event(&[]).unwrap(), Event::Cpu);
+    fn idle_goes_with_wall_only() {
         assert_eq!(event(&["--wall", "--idle"]).unwrap(), Event::Wall);
         assert_eq!(event(&["-e", "wall", "--idle"]).unwrap(), Event::Wall);
-        assert_eq!(event(&["-e", "alloc", "-c", "10"]).unwrap(), Event::Alloc);
-        assert_eq!(event(&["--event", "alloc"]).unwrap(), Event::Alloc);
-        assert!(event(&["--wall", "-e", "alloc"]).is_err());
         assert!(event(&["-e", "alloc", "--idle"]).is_err());
-        assert!(event(&["-c", "10"]).is_err());
-        assert!(Cli::try_parse_from(["record", "-p", "1", "-e", "nosuch"]).is_err());
-        assert!(Cli::try_parse_from(["record", "-p", "1", "-e", "alloc", "-c", "0"]).is_err());
+        assert!(event(&["--idle"]).is_err());
     }
 }

@@ -6,8 +6,9 @@
 //! busiest threads (and back to all), `q`, Esc or Ctrl-C quits. The terminal is restored on every
 //! way out: quitting, SIGINT/SIGTERM/SIGHUP (a closed ssh session), the JVM's exit, and a panic.
 
+use super::event_args::Event as Sampled;
 use super::report::{rows, SortBy};
-use crate::engine::{Agent, Engine, EngineOptions, Interval, Wall};
+use crate::engine::{Agent, Engine, EngineOptions, Interval};
 use crate::error::{Error, ErrorKind, Result};
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use crossterm::{cursor, execute, queue, style, terminal};
@@ -39,9 +40,8 @@ pub struct TopOptions {
     /// Only threads whose name contains this (`t` cycles through the busiest threads).
     #[arg(long, value_name = "NAME")]
     pub thread: Option<String>,
-    /// Wall-clock time, as `record --wall`: threads count whether on a CPU or not.
-    #[arg(long)]
-    pub wall: bool,
+    #[command(flatten)]
+    pub events: super::event_args::EventArgs,
     /// Per CPU, per thread, or per CPU where allowed (as `record --sampling`).
     #[arg(long, value_enum, env = "JVMPERF_SAMPLING", default_value = "auto")]
     pub sampling: crate::sampler::Sampling,
@@ -50,6 +50,7 @@ pub struct TopOptions {
 const REFRESH: Duration = Duration::from_secs(1);
 
 pub fn run(opts: &TopOptions) -> Result<()> {
+    let event = opts.events.event()?;
     let _priority = crate::priority::raise(&[opts.pid]);
     if !std::io::stdout().is_terminal() {
         return Err(Error::new(
@@ -65,20 +66,23 @@ pub fn run(opts: &TopOptions) -> Result<()> {
     // An attach to a JVM of thousands of threads can take seconds; the terminal is still in its
     // own mode, where Ctrl-C interrupts it.
     eprintln!("jvmperf: attaching to JVM {}…", opts.pid);
-    let mut engine = Engine::start(EngineOptions {
-        pid: opts.pid,
-        frequency_hz: opts.frequency_hz,
-        stack_size: crate::sampler::DEFAULT_STACK_SIZE,
-        max_stacks: 1_000_000,
-        kernel: false,
-        precise_inlining: false,
-        spill: None,
-        keep_sample_times: false,
-        agent: Agent::Fallback,
-        wall: opts.wall.then_some(Wall { idle: false }),
-        sampling: opts.sampling,
-        host: None,
-    })?;
+    let mut engine = Engine::start_events(
+        EngineOptions {
+            pid: opts.pid,
+            frequency_hz: opts.frequency_hz,
+            stack_size: crate::sampler::DEFAULT_STACK_SIZE,
+            max_stacks: 1_000_000,
+            kernel: false,
+            precise_inlining: false,
+            spill: None,
+            keep_sample_times: false,
+            agent: Agent::Fallback,
+            wall: event.wall(false),
+            sampling: opts.sampling,
+            host: None,
+        },
+        opts.events.sampled(event),
+    )?;
     let screen = Screen::enter().map_err(|e| {
         Error::new(
             ErrorKind::Internal,
@@ -92,7 +96,7 @@ pub fn run(opts: &TopOptions) -> Result<()> {
         thread: opts.thread.clone(),
         intervals: VecDeque::new(),
         agentless: engine.agentless().is_some(),
-        wall: opts.wall,
+        event,
     };
     let outcome = view.run(&mut engine, &hung_up);
     drop(screen);
@@ -142,7 +146,7 @@ struct View {
     /// The intervals in the window, oldest first.
     intervals: VecDeque<Interval>,
     agentless: bool,
-    wall: bool,
+    event: Sampled,
 }
 
 impl View {
@@ -271,11 +275,21 @@ impl View {
             (Some(a), Some(b)) => (b.end_ns - a.start_ns) as f64 / 1e9,
             _ => 0.0,
         };
+        let (what, weight) = match self.event {
+            Sampled::Cpu => (format!("{rate} Hz"), format!("{samples} samples")),
+            Sampled::Wall => (
+                format!("{rate} Hz wall-clock"),
+                format!("{samples} samples"),
+            ),
+            Sampled::Alloc => (
+                "allocations".to_string(),
+                format!("{:.1} MiB allocated", samples as f64 / (1 << 20) as f64),
+            ),
+        };
         let mut lines = vec![
             format!(
-                "jvmperf top — JVM {} — {rate} Hz{} — last {covered:.0} s (named ~2 s behind): {samples} samples, {lost} lost{}",
+                "jvmperf top — JVM {} — {what} — last {covered:.0} s (named ~2 s behind): {weight}, {lost} lost{}",
                 self.pid,
-                if self.wall { " wall-clock" } else { "" },
                 if self.agentless { " — without the agent" } else { "" }
             ),
             format!(
