@@ -176,6 +176,35 @@ fn sampled_bytes_match_what_the_jvm_counted_per_method() {
             .contains(&format!(", {total_all} bytes")),
         "{report}"
     );
+
+    // JFR: jdk.ObjectAllocationSample events as the JDK's own parser reads them, the class as
+    // objectClass and the bytes as weight.
+    let jfr = dir.path("alloc.jfr");
+    ok(&["convert", s(&rec), "-o", s(&jfr)]);
+    let print = Command::new(java_home().join("bin/jfr"))
+        .args(["print", "--json", "--events", "jdk.ObjectAllocationSample"])
+        .arg(&jfr)
+        .output()
+        .unwrap();
+    assert!(
+        print.status.success(),
+        "{}",
+        String::from_utf8_lossy(&print.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&print.stdout).unwrap();
+    let events = json["recording"]["events"].as_array().unwrap();
+    let weight: u64 = events
+        .iter()
+        .map(|e| e["values"]["weight"].as_u64().unwrap())
+        .sum();
+    assert_eq!(weight, total_all, "the JFR events' weights");
+    let long_arrays = events
+        .iter()
+        .filter(|e| e["values"]["objectClass"]["name"] == "[J")
+        .count();
+    assert!(long_arrays * 2 > events.len(), "{} events", events.len());
+    let stack = &events[0]["values"]["stackTrace"]["frames"];
+    assert!(!stack.as_array().unwrap().is_empty(), "{stack}");
 }
 
 fn stderr_or_stdout(out: &std::process::Output) -> String {

@@ -95,13 +95,6 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
         Some(f) => f,
         None => Format::from_path(&opts.output)?,
     };
-    if event == Event::Alloc && format == Format::Jfr {
-        return Err(Error::new(
-            ErrorKind::Usage,
-            "allocation profiles are not written as JFR yet: write .pb.gz, .html, .svg, \
-             .collapsed, .speedscope.json or .jvmperf",
-        ));
-    }
     output::check_writable(&opts.output)?;
     crate::interrupt::install()?;
     let spill = (format == Format::Raw)
@@ -127,7 +120,8 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
             } else {
                 Agent::Fallback
             },
-            keep_sample_times: false,
+            // JFR holds one event per sample, at its time.
+            keep_sample_times: format == Format::Jfr,
             wall: event.wall(opts.idle),
             sampling: opts.sampling,
             host: None,

@@ -49,6 +49,8 @@ const CPU_TIME_SAMPLE: &str = "jdk.CPUTimeSample";
 const ACTIVE_SETTING: &str = "jdk.ActiveSetting";
 /// async-profiler's wall-clock sample (`src/jfrMetadata.cpp`), with a `samples` count.
 const WALL_CLOCK_SAMPLE: &str = "profiler.WallClockSample";
+/// The JDK's allocation sample: the allocating stack, the class and the bytes it stands for.
+const OBJECT_ALLOCATION_SAMPLE: &str = "jdk.ObjectAllocationSample";
 
 /// Frame types: the JDK's four, and async-profiler's names for the rest (its
 /// `writeFrameTypes`).

@@ -1,6 +1,8 @@
 //! Writing a profile as one JFR chunk: the samples as events in time order, then one checkpoint
 //! with the constant pools, then the metadata describing the types used (the type set and field
-//! order of the JDK's `jdk.ExecutionSample` and async-profiler's `profiler.WallClockSample`).
+//! order of the JDK's `jdk.ExecutionSample` and `jdk.ObjectAllocationSample`, and async-profiler's
+//! `profiler.WallClockSample`). An allocation sample's leaf frame, the allocated class, becomes
+//! the event's `objectClass`, and its bytes its `weight`.
 //!
 //! Ticks are CLOCK_MONOTONIC ns (1e9 ticks a second); the chunk starts at the first sample, its
 //! wall-clock start taken from the profile's span when known. A CPU sample of weight n (a profile
@@ -28,9 +30,11 @@ const T_PACKAGE: u64 = 29;
 const T_SYMBOL: u64 = 30;
 const T_EXECUTION_SAMPLE: u64 = 101;
 const T_WALL_CLOCK_SAMPLE: u64 = 102;
+const T_OBJECT_ALLOCATION_SAMPLE: u64 = 103;
 const T_LABEL: u64 = 200;
 const T_CATEGORY: u64 = 201;
 const T_TIMESTAMP: u64 = 202;
+const T_DATA_AMOUNT: u64 = 203;
 
 /// Frame type keys, in async-profiler's numbering.
 const FRAME_TYPES: [&str; 7] = [
@@ -66,17 +70,23 @@ fn annotation(type_id: u64, value: &str) -> Element {
         .attr("value", value)
 }
 
-fn event(name: &str, id: u64, label: &str) -> Element {
+/// An event type's name, label, category and start time.
+fn event_type(name: &str, id: u64, label: &str, category: [&str; 2]) -> Element {
     class(name, id)
         .attr("superType", "jdk.jfr.Event")
         .child(annotation(T_LABEL, label))
         .child(
             Element::new("annotation")
                 .attr("class", T_CATEGORY)
-                .attr("value-0", "Java Virtual Machine")
-                .attr("value-1", "Profiling"),
+                .attr("value-0", category[0])
+                .attr("value-1", category[1]),
         )
         .child(field("startTime", T_LONG).child(annotation(T_TIMESTAMP, "TICKS")))
+}
+
+/// A stack sample event: thread, stack and state after the start time.
+fn event(name: &str, id: u64, label: &str) -> Element {
+    event_type(name, id, label, ["Java Virtual Machine", "Profiling"])
         .child(pooled("sampledThread", T_THREAD))
         .child(pooled("stackTrace", T_STACK_TRACE))
         .child(pooled("state", T_THREAD_STATE))
@@ -152,7 +162,20 @@ fn metadata() -> Element {
             event(WALL_CLOCK_SAMPLE, T_WALL_CLOCK_SAMPLE, "Wall Clock Sample")
                 .child(field("samples", T_INT)),
         )
+        .child(
+            event_type(
+                OBJECT_ALLOCATION_SAMPLE,
+                T_OBJECT_ALLOCATION_SAMPLE,
+                "Object Allocation Sample",
+                ["Java Application", "Statistics"],
+            )
+            .child(pooled("eventThread", T_THREAD))
+            .child(pooled("stackTrace", T_STACK_TRACE))
+            .child(pooled("objectClass", T_CLASS))
+            .child(field("weight", T_LONG).child(annotation(T_DATA_AMOUNT, "BYTES"))),
+        )
         .child(annotation_type("jdk.jfr.Label", T_LABEL))
+        .child(annotation_type("jdk.jfr.DataAmount", T_DATA_AMOUNT))
         .child(
             class("jdk.jfr.Category", T_CATEGORY)
                 .attr("superType", "java.lang.annotation.Annotation")
@@ -258,6 +281,29 @@ fn binary_name(class: &str) -> String {
     format!("{}{hidden}", name.replace('.', "/"))
 }
 
+/// An allocated class's name as the JVM spells it: `java/lang/String`, `[J` for `long[]`,
+/// `[Ljava/lang/String;` for `java.lang.String[]` (` (outside TLAB)` dropped).
+fn allocated_class_name(name: &str) -> String {
+    let name = name.strip_suffix(" (outside TLAB)").unwrap_or(name);
+    let element = name.trim_end_matches("[]");
+    let dimensions = (name.len() - element.len()) / 2;
+    if dimensions == 0 {
+        return binary_name(element);
+    }
+    let code = match element {
+        "boolean" => "Z".to_string(),
+        "byte" => "B".to_string(),
+        "char" => "C".to_string(),
+        "short" => "S".to_string(),
+        "int" => "I".to_string(),
+        "long" => "J".to_string(),
+        "float" => "F".to_string(),
+        "double" => "D".to_string(),
+        class => format!("L{};", binary_name(class)),
+    };
+    format!("{}{code}", "[".repeat(dimensions))
+}
+
 /// A frame as a JFR stack frame: (method key, line, bci, frame type key).
 fn stack_frame(c: &mut Constants, f: &Frame) -> (u64, i32, i32, u64) {
     let frame_type = |name: &str| FRAME_TYPES.iter().position(|t| *t == name).unwrap_or(3) as u64;
@@ -316,14 +362,7 @@ fn put_event(out: &mut Vec<u8>, body: &[u8]) {
 pub fn render(profile: &Profile) -> Result<Vec<u8>> {
     let events: u64 = match profile.clock {
         Clock::Cpu => profile.total_weight(),
-        Clock::Wall => profile.samples.len() as u64,
-        Clock::Alloc => {
-            return Err(Error::new(
-                ErrorKind::Usage,
-                "allocation profiles are not written as JFR yet: write pprof (.pb.gz), HTML, \
-                 SVG, collapsed, speedscope or .jvmperf instead",
-            ))
-        }
+        Clock::Wall | Clock::Alloc => profile.samples.len() as u64,
     };
     if events > MAX_EVENTS {
         return Err(Error::new(
@@ -357,7 +396,8 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
 
     let mut c = Constants::new();
     let mut threads: Interner<u32> = Interner::new();
-    let mut stack_keys: HashMap<u32, u64> = HashMap::new();
+    // Per stack: its key, and its allocated class's (0: none).
+    let mut stack_keys: HashMap<u32, (u64, u64)> = HashMap::new();
     let mut stacks: Vec<Vec<(u64, i32, i32, u64)>> = Vec::new();
     let mut frames: HashMap<u32, (u64, i32, i32, u64)> = HashMap::new();
 
@@ -366,13 +406,22 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
     for &i in &order {
         let s = &profile.samples[i];
         let thread = threads.key(&s.tid);
-        let stack = *stack_keys.entry(s.stack).or_insert_with(|| {
-            let jfr_frames = profile
-                .stacks
-                .frames(s.stack)
+        let (stack, class) = *stack_keys.entry(s.stack).or_insert_with(|| {
+            let ids = profile.stacks.frames(s.stack);
+            let class = ids
+                .iter()
+                .map(|&f| &profile.frames[f as usize])
+                .find(|f| f.kind == FrameKind::Allocated)
+                .map_or(0, |f| c.class(&allocated_class_name(&f.name)));
+            let jfr_frames = ids
                 .into_iter()
                 .rev()
-                .filter(|&f| profile.frames[f as usize].kind != FrameKind::Thread)
+                .filter(|&f| {
+                    !matches!(
+                        profile.frames[f as usize].kind,
+                        FrameKind::Thread | FrameKind::Allocated
+                    )
+                })
                 .map(|f| {
                     *frames
                         .entry(f)
@@ -380,21 +429,29 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
                 })
                 .collect();
             stacks.push(jfr_frames);
-            stacks.len() as u64
+            (stacks.len() as u64, class)
         });
         let time = if s.time == 0 { start_ticks } else { s.time };
         body.clear();
         let (type_id, copies) = match profile.clock {
             Clock::Cpu => (T_EXECUTION_SAMPLE, s.weight),
-            Clock::Wall | Clock::Alloc => (T_WALL_CLOCK_SAMPLE, 1),
+            Clock::Wall => (T_WALL_CLOCK_SAMPLE, 1),
+            Clock::Alloc => (T_OBJECT_ALLOCATION_SAMPLE, 1),
         };
         put_varint(&mut body, type_id);
         put_varint(&mut body, time);
         put_varint(&mut body, thread);
         put_varint(&mut body, stack);
-        put_varint(&mut body, 1);
-        if profile.clock == Clock::Wall {
-            put_int(&mut body, s.weight.min(i32::MAX as u64) as i32);
+        match profile.clock {
+            Clock::Alloc => {
+                put_varint(&mut body, class);
+                put_varint(&mut body, s.weight);
+            }
+            Clock::Wall => {
+                put_varint(&mut body, 1);
+                put_int(&mut body, s.weight.min(i32::MAX as u64) as i32);
+            }
+            Clock::Cpu => put_varint(&mut body, 1),
         }
         for _ in 0..copies {
             put_event(&mut out, &body);
@@ -534,4 +591,22 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
     };
     out[..HEADER_LEN].copy_from_slice(&header.encode());
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocated_classes_are_named_as_the_jvm_spells_them() {
+        for (name, jvm) in [
+            ("java.lang.String", "java/lang/String"),
+            ("long[]", "[J"),
+            ("long[] (outside TLAB)", "[J"),
+            ("byte[][]", "[[B"),
+            ("java.lang.Object[]", "[Ljava/lang/Object;"),
+        ] {
+            assert_eq!(allocated_class_name(name), jvm, "{name}");
+        }
+    }
 }
