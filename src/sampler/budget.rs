@@ -298,6 +298,20 @@ impl RingPlan {
             .max(self.min_pages)
     }
 
+    /// Wall-clock mode: data pages of each of `cpus` switch rings when `available` pages are
+    /// left: `wanted_bytes`, or an equal share of half of what is left (the sampling rings get
+    /// the rest).
+    pub fn switch_pages_per_cpu(
+        &self,
+        wanted_bytes: usize,
+        cpus: usize,
+        available: usize,
+    ) -> usize {
+        pages_for(wanted_bytes, self.page_size)
+            .min(ring_within(available / 2 / cpus.max(1)))
+            .max(self.min_pages)
+    }
+
     /// Bytes of samples a JVM's queue may hold when `cpus` CPUs' rings are drained for it by
     /// another thread (the daemon's): what its threads can sample on every CPU in
     /// [`CPU_HOLD_MS`], the time a CPU's ring holds, while its engine is busy elsewhere.
@@ -414,6 +428,25 @@ mod tests {
 
     /// A JVM's queue holds what its threads sample on every CPU in the time a CPU's ring holds:
     /// twice the CPUs, twice the bytes; a tenth of the rate, a tenth.
+    #[test]
+    fn switch_rings_take_at_most_half_of_the_budget() {
+        let page = 4096;
+        let budget = Budget {
+            pages: (256 << 20) / page,
+            kernel_limited: false,
+            source: "test".into(),
+        };
+        let plan = RingPlan::new(32 * 1024, 99, page, 128, budget.clone(), budget.pages);
+        let switch = plan.switch_pages_per_cpu(8 << 20, 128, budget.pages);
+        assert!(
+            128 * (switch + 1) <= budget.pages / 2,
+            "{switch} pages per CPU"
+        );
+        // Where the budget allows, the size wanted.
+        let few = plan.switch_pages_per_cpu(8 << 20, 2, budget.pages);
+        assert_eq!(few * page, 8 << 20);
+    }
+
     #[test]
     fn a_queue_holds_every_cpu_for_the_hold_time() {
         let plan = |hz| RingPlan::new(33_000, hz, 4096, 10, Budget::unlimited(), usize::MAX);

@@ -263,14 +263,19 @@ impl CpuSampler {
     pub fn open(config: &SamplerConfig, epoll: Epoll) -> Result<CpuSampler> {
         let cpus = online_cpus()?;
         let mut plan = config.ring_plan(cpus.len(), super::Host::current().budget());
-        let available = budget::available(&plan.budget);
+        let mut available = budget::available(&plan.budget);
         let mut attr = attr::event_attr(config);
         attr.sample_period = config.period_ns();
         // One event per ring: no identifier to tell events apart (see `attr::cpu_switch_attr`).
         attr.sample_type &= !u64::from(perf_event_open_sys::bindings::PERF_SAMPLE_IDENTIFIER);
         attr.set_comm(1);
         let mut switch_attr = config.wall.then(|| attr::cpu_switch_attr(&attr));
-        let mut switch_pages = SWITCH_RING_BYTES / plan.page_size;
+        // Switch rings come out of the same budget as the sampling rings.
+        let mut switch_pages = 0;
+        if switch_attr.is_some() {
+            switch_pages = plan.switch_pages_per_cpu(SWITCH_RING_BYTES, cpus.len(), available);
+            available = available.saturating_sub(cpus.len() * (switch_pages + 1));
+        }
         let min_pages = plan.min_pages;
         let mut switches = Vec::new();
         let mut index = 0;
