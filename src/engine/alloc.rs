@@ -113,7 +113,7 @@ fn missing(libjvm: &str, major: Option<u32>, function: &str) -> Error {
         ErrorKind::Usage,
         format!(
             "-e alloc needs {function} of {libjvm}, which neither its symbol table nor a debug \
-             file has (JDK 10 or later): install {package}"
+             file has (JDK 11 or later): install {package}"
         ),
     )
 }

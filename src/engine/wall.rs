@@ -181,6 +181,16 @@ impl OffCpu {
             wait.sample.time = until;
         }
         self.off = off;
+        // Kept only while they can still matter: a wait yet to be handed out begins after
+        // `until`, and a switch written that late is not expected (threads whose exit record
+        // was lost are forgotten too).
+        if self.ordered {
+            let off = &self.off;
+            self.on_cpu_at
+                .retain(|tid, at| *at >= until || off.contains_key(tid));
+            self.back_at
+                .retain(|_, back| back.saturating_add(LAG_NS) >= until);
+        }
     }
 
     /// Recording ended at `end`: threads still off count up to it, and with `idle` so do those

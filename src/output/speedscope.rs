@@ -2,12 +2,11 @@
 //! `https://www.speedscope.app/file-format-schema.json`): one "sampled" profile per thread over
 //! shared frames, so speedscope's thread selector, time-order and sandwich views all work.
 //!
-//! Sampled profiles keep no timestamps, only an ordered list of stacks with weights. With sample
-//! times known, each sample weighs its period in nanoseconds and a gap in a thread's samples
-//! longer than a period becomes an idle sample (an empty stack) as long as the gap, so the
-//! time-order view shows each sample at its time, relative to the start of the recording. Back-to-
-//! back samples of one stack are one entry, as long as both.
-
+//! Sampled profiles keep no timestamps, only an ordered list of stacks with weights. Each sample
+//! weighs what it stands for: its periods in nanoseconds (CPU or wall-clock time), or its bytes
+//! (allocations), so that a thread's total and a method's share agree with the other outputs.
+//! Gaps between a thread's samples are not filled: an idle entry would count as the thread's time.
+//! Samples stay in time order; back-to-back samples of one stack are one entry, as long as both.
 use crate::error::{Error, ErrorKind, Result};
 use crate::profile::{Frame, Profile, Sample};
 use serde::Serialize;
@@ -103,59 +102,39 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
     for s in &profile.samples {
         by_thread.entry(s.tid).or_default().push(s);
     }
-    // Bytes allocated are weights of their own, not time.
-    let bytes = profile.clock == crate::profile::Clock::Alloc;
-    let timed = !bytes && profile.period_ns > 0 && profile.samples.iter().any(|s| s.time != 0);
-    let origin = match profile.start_ns {
-        0 => profile.samples.iter().map(|s| s.time).min().unwrap_or(0),
-        start => start,
-    };
+    let timed = profile.clock.is_time() && profile.period_ns > 0;
     let mut profiles = Vec::new();
     for (tid, mut samples) in by_thread {
         samples.sort_by_key(|s| s.time);
-        let start_value = if timed {
-            samples[0].time.saturating_sub(origin)
-        } else {
-            0
-        };
         let mut out = SampledProfile {
             kind: "sampled",
             name: format!("{} (tid {tid})", profile.thread_name(tid)),
-            unit: match (bytes, timed) {
-                (true, _) => "bytes",
-                (false, true) => "nanoseconds",
-                (false, false) => "none",
+            unit: match (profile.clock.is_time(), timed) {
+                (false, _) => "bytes",
+                (true, true) => "nanoseconds",
+                (true, false) => "none",
             },
-            start_value,
-            end_value: start_value,
+            start_value: 0,
+            end_value: 0,
             samples: Vec::with_capacity(samples.len()),
             weights: Vec::with_capacity(samples.len()),
         };
-        // The stack of the last entry, while the next sample may extend it.
-        let mut extends: Option<u32> = None;
-        for (i, s) in samples.iter().enumerate() {
+        let mut last = None;
+        for s in samples {
             let weight = if timed {
                 s.weight.saturating_mul(profile.period_ns)
             } else {
                 s.weight
             };
-            match (extends, out.weights.last_mut()) {
-                // Back-to-back samples of one stack are one entry as long as both.
-                (Some(last), Some(w)) if last == s.stack => *w += weight,
+            match out.weights.last_mut() {
+                Some(w) if last == Some(s.stack) => *w += weight,
                 _ => {
                     out.samples.push(stack(s.stack));
                     out.weights.push(weight);
                 }
             }
-            extends = Some(s.stack);
+            last = Some(s.stack);
             out.end_value += weight;
-            let next = samples.get(i + 1).map(|n| n.time.saturating_sub(origin));
-            if let Some(next) = next.filter(|&n| timed && n > out.end_value + profile.period_ns) {
-                out.samples.push(Vec::new());
-                out.weights.push(next - out.end_value);
-                out.end_value = next;
-                extends = None;
-            }
         }
         profiles.push(out);
     }
@@ -234,7 +213,7 @@ mod tests {
     }
 
     #[test]
-    fn one_sampled_profile_per_thread_in_time_order_with_idle_gaps() {
+    fn one_sampled_profile_per_thread_in_time_order_weighed_by_period() {
         let json: Value = serde_json::from_slice(&render(&profile()).unwrap()).unwrap();
         assert_eq!(json["$schema"], SCHEMA);
         assert_eq!(json["name"], "bench.Phases");
@@ -258,32 +237,123 @@ mod tests {
         assert_eq!(w["name"], "phases-worker (tid 7)");
         assert_eq!(w["unit"], "nanoseconds");
         assert_eq!(w["startValue"], 0);
-        assert_eq!(w["endValue"], 11_000_000);
+        // Four samples of 1 ms, the gap before the one at 10 ms not counted.
+        assert_eq!(w["endValue"], 4_000_000);
         let samples: Vec<Vec<u64>> = serde_json::from_value(w["samples"].clone()).unwrap();
         // The samples at 0 and 1 ms (one stack) are one entry of 2 ms.
-        assert_eq!(samples, [vec![0, 1], vec![0, 2], vec![], vec![0, 1]]);
+        assert_eq!(samples, [vec![0, 1], vec![0, 2], vec![0, 1]]);
         let weights: Vec<u64> = serde_json::from_value(w["weights"].clone()).unwrap();
-        assert_eq!(weights, [2_000_000, 1_000_000, 7_000_000, 1_000_000]);
+        assert_eq!(weights, [2_000_000, 1_000_000, 1_000_000]);
         let t = &profiles[1];
         assert_eq!(t["name"], "tid-8 (tid 8)");
         assert_eq!(
             (&t["startValue"], &t["endValue"]),
-            (&3_000_000.into(), &5_000_000.into())
+            (&0.into(), &2_000_000.into())
         );
         assert_eq!(json["activeProfileIndex"], 0);
     }
 
     #[test]
-    fn without_times_weights_are_sample_counts() {
+    fn without_a_period_weights_are_sample_counts() {
         let mut p = profile();
-        for s in &mut p.samples {
-            s.time = 0;
-        }
+        p.period_ns = 0;
         let json: Value = serde_json::from_slice(&render(&p).unwrap()).unwrap();
         let w = &json["profiles"][0];
         assert_eq!(w["unit"], "none");
         assert_eq!(w["endValue"], 4);
         assert_eq!(json["profiles"][1]["weights"][0], 2);
+    }
+
+    #[test]
+    fn a_rarely_sampled_thread_weighs_its_samples_times_the_period() {
+        let mut p = profile();
+        let stack = p.samples[0].stack;
+        // Two samples 6 s apart (and one without a time): 3 periods, not 6 s.
+        for time in [5_000_000_000, 11_000_000_000, 0] {
+            p.samples.push(Sample {
+                time,
+                tid: 9,
+                stack,
+                weight: 1,
+            });
+        }
+        let json: Value = serde_json::from_slice(&render(&p).unwrap()).unwrap();
+        let rare = &json["profiles"][2];
+        assert_eq!(rare["name"], "tid-9 (tid 9)");
+        assert_eq!(rare["endValue"], 3_000_000);
+        assert_eq!(rare["weights"], serde_json::json!([3_000_000]));
+    }
+
+    /// Each leaf's share of all weight.
+    fn self_shares(weights: impl IntoIterator<Item = (String, u64)>) -> BTreeMap<String, f64> {
+        let mut by_leaf = BTreeMap::new();
+        let mut total = 0;
+        for (leaf, w) in weights {
+            *by_leaf.entry(leaf).or_insert(0) += w;
+            total += w;
+        }
+        by_leaf
+            .into_iter()
+            .map(|(k, w): (String, u64)| (k, w as f64 / total as f64))
+            .collect()
+    }
+
+    #[test]
+    fn method_shares_equal_the_collapsed_outputs() {
+        let mut p = profile();
+        let (a, b) = (p.samples[0].stack, p.samples[2].stack);
+        // A rare thread with a long gap, and a weight of 3 on one sample.
+        for (time, stack, weight) in [(5_000_000_000, a, 1), (9_000_000_000, b, 3)] {
+            p.samples.push(Sample {
+                time,
+                tid: 9,
+                stack,
+                weight,
+            });
+        }
+        let json: Value = serde_json::from_slice(&render(&p).unwrap()).unwrap();
+        let names: Vec<String> = json["shared"]["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                f["name"]
+                    .as_str()
+                    .unwrap()
+                    .split(' ')
+                    .next()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        let mut speedscope = Vec::new();
+        for prof in json["profiles"].as_array().unwrap() {
+            let samples: Vec<Vec<usize>> = serde_json::from_value(prof["samples"].clone()).unwrap();
+            let weights: Vec<u64> = serde_json::from_value(prof["weights"].clone()).unwrap();
+            for (s, w) in samples.iter().zip(weights) {
+                let leaf = s.last().map_or("(idle)".to_string(), |&f| names[f].clone());
+                speedscope.push((leaf, w));
+            }
+        }
+        let folded =
+            crate::output::collapsed::folded(&p, &crate::output::OutputOptions { threads: false });
+        let collapsed = folded.into_iter().map(|(line, w)| {
+            let leaf = line.rsplit(';').next().unwrap();
+            let name = names.iter().find(|n| leaf.starts_with(n.as_str())).unwrap();
+            (name.clone(), w)
+        });
+        let (speedscope, collapsed) = (self_shares(speedscope), self_shares(collapsed));
+        assert_eq!(
+            speedscope.len(),
+            collapsed.len(),
+            "{speedscope:?} {collapsed:?}"
+        );
+        for (leaf, share) in &collapsed {
+            assert!(
+                (speedscope[leaf] - share).abs() < 1e-9,
+                "{speedscope:?} {collapsed:?}"
+            );
+        }
     }
 
     #[test]

@@ -200,6 +200,8 @@ fn drain_loop(hub: &Hub, mut cpus: CpuSampler) {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => {
                 *lock(&hub.failed) = Some(format!("epoll_wait on the per-CPU events: {e}"));
+                // Under the lock a flush waits with, so that it cannot miss the wakeup.
+                let _flushed = lock(&hub.flushed);
                 hub.flushed_cv.notify_all();
                 return;
             }
@@ -273,11 +275,13 @@ fn route<'a>(
         dropped,
     } = &mut *queue;
     let took = filter.take(record, &mut |s| {
-        if *bytes + s.stack.len() > max_bytes {
+        // Every entry counts, a switch's or an exit's without a stack too.
+        let size = std::mem::size_of::<HeldSample>() + s.stack.len();
+        if *bytes + size > max_bytes {
             *dropped += 1;
             return;
         }
-        *bytes += s.stack.len();
+        *bytes += size;
         samples.push_back(s.hold());
     });
     if took {
@@ -514,16 +518,29 @@ mod tests {
     fn a_full_queue_drops_and_counts() {
         let r = registration(0, 7, 0);
         let table = HashMap::from([(7, vec![r.clone()])]);
+        // Room for two samples of 64 stack bytes.
+        let max = 2 * (std::mem::size_of::<HeldSample>() + 64) + 10;
         for time in 0..5 {
             route(
                 &table,
-                150,
+                max,
                 &ParsedRecord::Sample(sample(7, 7, time)),
                 &mut Vec::new(),
             );
         }
         assert_eq!(queued(&r).len(), 2);
         assert_eq!(lock(&r.queue).dropped, 3);
+        // Samples without a stack (none copied) count too: the queue is bounded in entries.
+        lock(&r.queue).samples.clear();
+        lock(&r.queue).bytes = 0;
+        for time in 0..100_000 {
+            let empty = Sample {
+                stack: &[],
+                ..sample(7, 7, time)
+            };
+            route(&table, max, &ParsedRecord::Sample(empty), &mut Vec::new());
+        }
+        assert!(lock(&r.queue).samples.len() < 100);
     }
 
     fn host() -> Option<Arc<HostSampler>> {
