@@ -256,7 +256,7 @@ fn alloc_on_a_jvm_without_libjvm_symbols_is_a_one_line_error_naming_the_package(
     assert_one_line_error(&out, 2, "AllocTracer::send_allocation_in_new_tlab");
     let err = stderr_of(&out);
     assert!(err.contains("debug-info package"), "{err}");
-    assert!(err.contains("openjdk-17-dbg"), "{err}");
+    assert!(err.contains("-dbg;"), "{err}");
 }
 
 /// The first byte of `AllocTracer::send_allocation_in_new_tlab` in JVM `pid`'s memory: `0xcc`
