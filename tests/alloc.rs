@@ -128,19 +128,17 @@ fn sampled_bytes_match_what_the_jvm_counted_per_method() {
     }
 
     // `report` and the SVG count bytes.
-    let report = stderr_or_stdout(&ok(&["report", s(&rec), "--top", "5"]));
     let total_all: u64 = text
         .lines()
         .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
         .sum();
-    assert!(
+    let report_of = |file: &std::path::Path| {
+        let report = stderr_or_stdout(&ok(&["report", s(file), "--top", "5"]));
+        let first = report.lines().next().unwrap();
+        assert!(first.contains(&format!(", {total_all} bytes")), "{report}");
         report
-            .lines()
-            .next()
-            .unwrap()
-            .contains(&format!(", {total_all} bytes")),
-        "{report}"
-    );
+    };
+    let report = report_of(&rec);
     assert!(report.contains("long[]"), "{report}");
     let svg = dir.path("alloc.svg");
     ok(&["convert", s(&rec), "-o", s(&svg)]);
@@ -167,15 +165,7 @@ fn sampled_bytes_match_what_the_jvm_counted_per_method() {
     let (back_bytes, back_leaves) = bytes_by_kind(&std::fs::read_to_string(&back).unwrap());
     assert_eq!(back_bytes, bytes);
     assert_eq!(back_leaves, leaves);
-    let report = stderr_or_stdout(&ok(&["report", s(&pb), "--top", "3"]));
-    assert!(
-        report
-            .lines()
-            .next()
-            .unwrap()
-            .contains(&format!(", {total_all} bytes")),
-        "{report}"
-    );
+    report_of(&pb);
 
     // JFR: jdk.ObjectAllocationSample events as the JDK's own parser reads them, the class as
     // objectClass and the bytes as weight.
