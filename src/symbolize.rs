@@ -345,8 +345,8 @@ impl<M: TargetMemory> Symbolizer<M> {
                 };
                 out.push(id);
             }
-            RawFrame::Allocated { ref class } => {
-                out.push(profile.intern_frame(Frame::named(&**class, FrameKind::Allocated)));
+            RawFrame::Object { ref class, kind } => {
+                out.push(profile.intern_frame(Frame::named(&**class, kind)));
             }
             RawFrame::Native { pc, return_address } => {
                 let key = (pc, return_address);

@@ -41,9 +41,11 @@ pub enum RawFrame {
         pc: u64,
         blob: Arc<str>,
     },
-    /// The class of the object an allocation sample allocated, its leaf (see `engine::alloc`).
-    Allocated {
+    /// The class of the object a probe's sample is about, its leaf: allocated (see
+    /// `engine::alloc`) or locked (`engine::lock`).
+    Object {
         class: Arc<str>,
+        kind: crate::profile::FrameKind,
     },
 }
 

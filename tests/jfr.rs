@@ -84,7 +84,7 @@ fn read_in_the_jdks_parsers(dir: &Scratch, rec: &Path) -> (PathBuf, PathBuf, Pro
     let (event, events) = match profile.clock {
         Clock::Cpu => ("jdk.ExecutionSample", profile.total_weight()),
         Clock::Wall => ("profiler.WallClockSample", profile.samples.len() as u64),
-        Clock::Alloc => panic!("allocation profiles are not written as JFR"),
+        Clock::Alloc | Clock::Lock => panic!("only CPU and wall recordings are read back here"),
     };
 
     for home in jdk_homes() {

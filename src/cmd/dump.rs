@@ -243,6 +243,7 @@ fn kind_name(kind: FrameKind) -> &'static str {
         FrameKind::Stub => "stub",
         FrameKind::Thread => "thread",
         FrameKind::Allocated => "allocated class",
+        FrameKind::Lock => "lock class",
     }
 }
 

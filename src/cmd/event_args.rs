@@ -1,14 +1,18 @@
-//! What `record` and `top` sample: `-e cpu|wall|alloc`, `--wall` (as `-e wall`) and `-c`.
+//! What `record` and `top` sample: `-e cpu|wall|alloc|lock`, `--wall` (as `-e wall`), `-c` and
+//! `--lock-threshold`.
 
 use crate::engine::alloc::AllocOptions;
+use crate::engine::lock::LockOptions;
 use crate::engine::{SampledEvents, Wall};
 use crate::error::{Error, ErrorKind, Result};
 
 #[derive(clap::Args)]
 pub struct EventArgs {
-    /// What to sample: CPU time; wall-clock time (as --wall); or allocations (bytes allocated,
-    /// by stack and class allocated: uprobes on libjvm's allocation tracer, per thread; needs
-    /// libjvm's symbols, and root or CAP_PERFMON).
+    /// What to sample: CPU time; wall-clock time (as --wall); allocations (bytes allocated, by
+    /// stack and class allocated: uprobes on libjvm's allocation tracer); or lock contention
+    /// (time waited to enter monitors and take java.util.concurrent locks, by stack and lock
+    /// class: uprobes on libjvm's contended paths). Uprobes are opened per thread and need
+    /// libjvm's symbols, and root or CAP_PERFMON.
     #[arg(short = 'e', long = "event", value_enum, default_value = "cpu")]
     pub event: Event,
     /// With -e alloc: a sample every this many TLAB refills or allocations outside a TLAB.
@@ -21,6 +25,9 @@ pub struct EventArgs {
     /// switch costs the thread a stack sample; see docs/wall-clock.md).
     #[arg(long)]
     pub wall: bool,
+    /// With -e lock: waits shorter than this are left out (a number with a unit: 10us, 1ms).
+    #[arg(long, value_name = "TIME", default_value = "10us", value_parser = humantime::parse_duration)]
+    pub lock_threshold: std::time::Duration,
 }
 
 /// What is sampled.
@@ -29,6 +36,7 @@ pub enum Event {
     Cpu,
     Wall,
     Alloc,
+    Lock,
 }
 
 impl EventArgs {
@@ -58,6 +66,9 @@ impl EventArgs {
         SampledEvents {
             alloc: (event == Event::Alloc).then_some(AllocOptions {
                 period: self.period,
+            }),
+            lock: (event == Event::Lock).then_some(LockOptions {
+                threshold_ns: u64::try_from(self.lock_threshold.as_nanos()).unwrap_or(u64::MAX),
             }),
         }
     }
@@ -93,6 +104,12 @@ mod tests {
         assert_eq!(event(&["-e", "wall"]).unwrap(), Event::Wall);
         assert_eq!(event(&["-e", "alloc", "-c", "10"]).unwrap(), Event::Alloc);
         assert_eq!(event(&["--event", "alloc"]).unwrap(), Event::Alloc);
+        assert_eq!(
+            event(&["-e", "lock", "--lock-threshold", "1ms"]).unwrap(),
+            Event::Lock
+        );
+        assert!(event(&["-e", "lock", "-c", "2"]).is_err());
+        assert!(Cli::try_parse_from(["jvmperf", "--lock-threshold", "10"]).is_err());
         assert!(event(&["--wall", "-e", "alloc"]).is_err());
         assert!(event(&["-c", "10"]).is_err());
         assert!(Cli::try_parse_from(["jvmperf", "-e", "nosuch"]).is_err());

@@ -2,6 +2,9 @@
 //! / the target's exit), then write the profile in the format asked for and a summary.
 
 use super::event_args::{Event, EventArgs};
+use crate::engine::alloc::AllocSummary;
+use crate::engine::lock::LockSummary;
+use crate::engine::probes::ProbeSummary;
 use crate::engine::{Agent, Engine, EngineOptions, Recording};
 use crate::error::{Error, ErrorKind, Result};
 use crate::output::{self, Format, OutputOptions, SampleSpill};
@@ -194,6 +197,7 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
                     .unwrap_or_default(),
                 match event {
                     Event::Alloc => "does it allocate? a smaller -c samples more often",
+                    Event::Lock => "do its threads wait for locks? a smaller --lock-threshold counts shorter waits",
                     _ => "is it idle?",
                 }
             ),
@@ -258,28 +262,10 @@ fn print_summary(opts: &RecordOptions, r: &Recording, naming_took: Duration) {
         r.debug_info_cpu.as_secs_f64(),
         r.symbol_caches
     );
-    if r.alloc.is_none() {
-        eprintln!("jvmperf: {}", r.strategy.describe());
-    }
-    if let Some(a) = &r.alloc {
-        let unnamed = match a.unnamed {
-            0 => String::new(),
-            n => format!("; {n} samples without their class (unreadable Klass*)"),
-        };
-        eprintln!(
-            "jvmperf: alloc: {}: {:.1} MiB allocated in {} samples ({} at TLAB refills, {} outside TLABs){unnamed}",
-            a.mechanism,
-            a.bytes as f64 / f64::from(1 << 20),
-            a.samples[0] + a.samples[1],
-            a.samples[0],
-            a.samples[1]
-        );
-        if r.stats.lost > 0 {
-            eprintln!(
-                "jvmperf: alloc: {} samples were lost (ring buffers full) and their bytes are missing: a larger -c samples fewer hits",
-                r.stats.lost
-            );
-        }
+    match &r.probes {
+        None => eprintln!("jvmperf: {}", r.strategy.describe()),
+        Some(ProbeSummary::Alloc(a)) => alloc_summary(a, r),
+        Some(ProbeSummary::Lock(l)) => lock_summary(l),
     }
     if let Some(line) = coverage_line(r) {
         eprintln!("jvmperf: {line}");
@@ -344,6 +330,49 @@ fn print_summary(opts: &RecordOptions, r: &Recording, naming_took: Duration) {
         eprintln!(
             "jvmperf: recording ended early: {why}; what was collected ({} samples) was written",
             r.samples
+        );
+    }
+}
+
+fn alloc_summary(a: &AllocSummary, r: &Recording) {
+    let unnamed = match a.unnamed {
+        0 => String::new(),
+        n => format!("; {n} samples without their class (unreadable Klass*)"),
+    };
+    eprintln!(
+            "jvmperf: alloc: {}: {:.1} MiB allocated in {} samples ({} at TLAB refills, {} outside TLABs){unnamed}",
+            a.mechanism,
+            a.bytes as f64 / f64::from(1 << 20),
+            a.samples[0] + a.samples[1],
+            a.samples[0],
+            a.samples[1]
+        );
+    if r.stats.lost > 0 {
+        eprintln!(
+                "jvmperf: alloc: {} samples were lost (ring buffers full) and their bytes are missing: a larger -c samples fewer hits",
+                r.stats.lost
+            );
+    }
+}
+
+fn lock_summary(l: &LockSummary) {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    eprintln!(
+        "jvmperf: lock: {}: {} waits on monitors ({:.1} ms), {} on java.util.concurrent locks ({:.1} ms; {} of them woken before jvmperf read their blocker, named by their stack's lock); left out: {} shorter waits, {} parks not for a lock, {} without a blocker at a stack not seen waiting for one",
+        l.mechanism,
+        l.waits[0],
+        ms(l.waited_ns[0]),
+        l.waits[1],
+        ms(l.waited_ns[1]),
+        l.by_stack,
+        l.short,
+        l.other_parks,
+        l.unset_parks
+    );
+    if l.unread_parks + l.unnamed > 0 {
+        eprintln!(
+            "jvmperf: lock: {} parks whose blocker could not be read were left out, and {} waits have no class leaf (the JVM's objects moved or its VMStructs lack a field)",
+            l.unread_parks, l.unnamed
         );
     }
 }

@@ -285,6 +285,10 @@ impl View {
                 "allocations".to_string(),
                 format!("{:.1} MiB allocated", samples as f64 / (1 << 20) as f64),
             ),
+            Sampled::Lock => (
+                "lock contention".to_string(),
+                format!("{:.1} ms waited", samples as f64 / 1e6),
+            ),
         };
         let mut lines = vec![
             format!(

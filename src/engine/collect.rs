@@ -1,8 +1,8 @@
 //! Walked samples waiting to be named: raw stacks interned (raw frames are stable per code
 //! address; names depend on time) and the samples that point at them.
 
-use super::alloc::AllocSource;
 use super::off_cpu_reads::{Back, OffCpuReads};
+use super::probes::{Hit, Leaf, ProbeSource};
 use super::wall::OffCpu;
 use crate::hotspot::scopes::ScopeLayout;
 use crate::hotspot::HotSpot;
@@ -11,6 +11,9 @@ use crate::process::ProcessMemory;
 use crate::sampler::{Sample, SampleKind};
 use crate::walker::{RawFrame, ScopeChain, StackWalker};
 use foldhash::HashMap;
+
+/// Stacks whose waits' leaf is remembered, at most (a JVM's wait sites are far fewer).
+const MAX_LEAVES_OF_STACKS: usize = 4096;
 
 /// A sample as walked, before symbolization.
 #[derive(Clone)]
@@ -21,7 +24,7 @@ pub(super) struct RawSample {
     pub kernel: Vec<u64>,
     pub in_kernel: bool,
     /// Periods it counts for: 1 on a CPU, the periods spent off one in wall-clock mode; bytes
-    /// for an allocation.
+    /// for an allocation; nanoseconds for a wait for a lock.
     pub weight: u64,
 }
 
@@ -41,8 +44,12 @@ pub(super) struct Collected {
     pub wall: Option<OffCpu>,
     /// Per-CPU wall-clock mode: their stacks, read from outside.
     pub off_cpu_reads: Option<OffCpuReads>,
-    /// Allocation samples: their class leaves and byte weights.
-    pub alloc: Option<AllocSource>,
+    /// Probes' samples (allocations, lock waits): their class leaves and weights.
+    pub probes: Option<Box<dyn ProbeSource>>,
+    /// Waits begun (a probe's [`Hit::Begin`]) and not yet ended, by thread, with their tags.
+    waits: HashMap<u32, (RawSample, u8)>,
+    /// The leaf last known for a wait begun at each stack ([`Leaf::OfStack`]).
+    leaf_of_stack: HashMap<Vec<RawFrame>, RawFrame>,
 }
 
 /// Decoded debug info of compiled code, by (pc, is a return address), until the code changes.
@@ -75,11 +82,9 @@ impl Collected {
 
     /// A sample (or, in wall-clock mode, a thread's switch) from the sampler.
     pub fn add(&mut self, walker: &mut StackWalker, s: &Sample<'_>) {
-        if let Some(alloc) = self.alloc.as_mut() {
-            if let Some((leaf, weight)) = alloc.weigh(s) {
-                let raw = self.walk_under(walker, s, leaf);
-                self.samples.push(RawSample { weight, ..raw });
-            }
+        if let Some(mut source) = self.probes.take() {
+            self.add_probed(walker, s, source.as_mut());
+            self.probes = Some(source);
             return;
         }
         if self.wall.is_none() {
@@ -120,6 +125,69 @@ impl Collected {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    fn add_probed(
+        &mut self,
+        walker: &mut StackWalker,
+        s: &Sample<'_>,
+        source: &mut dyn ProbeSource,
+    ) {
+        match source.hit(s) {
+            Hit::Skip => {}
+            Hit::Now { leaf, weight } => {
+                let raw = self.walk_under(walker, s, leaf);
+                self.samples.push(RawSample { weight, ..raw });
+            }
+            // A wait still open from a lost end is dropped.
+            Hit::Begin { leaf, tag } => {
+                let mut frames = self.walk_frames(walker, s);
+                let leaf = match leaf {
+                    Leaf::Known(leaf) => {
+                        if let Some(leaf) = &leaf {
+                            if self.leaf_of_stack.len() >= MAX_LEAVES_OF_STACKS {
+                                self.leaf_of_stack.clear();
+                            }
+                            self.leaf_of_stack.insert(frames.clone(), leaf.clone());
+                        }
+                        leaf
+                    }
+                    Leaf::OfStack => match self.leaf_of_stack.get(&frames) {
+                        Some(leaf) => Some(leaf.clone()),
+                        None => {
+                            source.unmatched(tag);
+                            return;
+                        }
+                    },
+                };
+                if let Some(leaf) = leaf {
+                    frames.insert(0, leaf);
+                }
+                let raw = self.interned(frames, s);
+                self.waits.insert(s.tid, (raw, tag));
+            }
+            Hit::End => {
+                if let Some((raw, tag)) = self.waits.remove(&s.tid) {
+                    if let Some(weight) = source.waited(tag, s.time.saturating_sub(raw.time)) {
+                        self.samples.push(RawSample { weight, ..raw });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Probes' waits still open at `end` count up to it.
+    pub fn finish_waits(&mut self, end: u64) {
+        let Some(source) = self.probes.as_mut() else {
+            return;
+        };
+        let mut open: Vec<_> = self.waits.drain().map(|(_, w)| w).collect();
+        open.sort_by_key(|(raw, _)| raw.time);
+        for (raw, tag) in open {
+            if let Some(weight) = source.waited(tag, end.saturating_sub(raw.time)) {
+                self.samples.push(RawSample { weight, ..raw });
             }
         }
     }
@@ -199,21 +267,31 @@ impl Collected {
         s: &Sample<'_>,
         leaf: Option<RawFrame>,
     ) -> RawSample {
+        let mut frames = self.walk_frames(walker, s);
+        if let Some(leaf) = leaf {
+            frames.insert(0, leaf);
+        }
+        self.interned(frames, s)
+    }
+
+    fn walk_frames(&mut self, walker: &mut StackWalker, s: &Sample<'_>) -> Vec<RawFrame> {
         let mut walk = walker.walk(&s.regs, s.stack);
         if let Some(scopes) = self.scopes.as_mut() {
             scopes.decode(walker, &mut walk.frames);
         }
-        if let Some(leaf) = leaf {
-            walk.frames.insert(0, leaf);
-        }
         self.walked += 1;
         self.rooted += u64::from(walk.rooted);
-        let stack = match self.ids.get(&walk.frames) {
+        walk.frames
+    }
+
+    /// `s` with its stack `frames`, interned.
+    fn interned(&mut self, frames: Vec<RawFrame>, s: &Sample<'_>) -> RawSample {
+        let stack = match self.ids.get(&frames) {
             Some(&id) => id,
             None => {
                 let id = self.stacks.len() as u32;
-                self.stacks.push(walk.frames.clone());
-                self.ids.insert(walk.frames, id);
+                self.stacks.push(frames.clone());
+                self.ids.insert(frames, id);
                 id
             }
         };
@@ -235,6 +313,7 @@ impl Collected {
         let mut renumbered: HashMap<u32, u32> = HashMap::default();
         let held = self.wall.iter_mut().flat_map(|w| w.held_mut());
         let held = held.chain(self.off_cpu_reads.iter_mut().flat_map(|r| r.held_mut()));
+        let held = held.chain(self.waits.values_mut().map(|(raw, _)| raw));
         for s in self.samples.iter_mut().chain(held) {
             s.stack = *renumbered.entry(s.stack).or_insert_with(|| {
                 let frames = std::mem::take(&mut old[s.stack as usize]);

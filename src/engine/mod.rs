@@ -11,8 +11,10 @@
 pub mod alloc;
 mod collect;
 mod early;
+pub mod lock;
 mod naming;
 mod off_cpu_reads;
+pub mod probes;
 mod wall;
 
 use crate::error::{ErrorKind, Result};
@@ -113,8 +115,10 @@ pub struct Engine {
     interval_start_ns: u64,
     interval_base: SamplerStats,
     wall: Option<Wall>,
-    /// Allocation samples: the profile's weights are bytes.
-    alloc: bool,
+    /// Probes' samples: what the profile's weights count.
+    probe_clock: Option<crate::profile::Clock>,
+    /// Some probes are prompt ([`crate::sampler::Uprobe::prompt`]).
+    prompt_probes: bool,
     /// The target's CPU time, for the coverage of the samples.
     cpu_time: CpuTime,
     /// Thread names read from /proc when a thread was first sampled (it may end before the
@@ -145,8 +149,11 @@ struct CpuTime {
     read: Instant,
 }
 
-/// Allocation samples per second of a busy thread the rings are sized for.
-const ALLOC_RING_RATE_HZ: u64 = 1000;
+/// The longest wait for samples of prompt probes.
+const PROMPT_POLL: Duration = Duration::from_millis(1);
+
+/// Probe samples per second of a busy thread the rings are sized for.
+const PROBE_RING_RATE_HZ: u64 = 1000;
 
 /// Names of newly sampled threads read from /proc per turn.
 const COMMS_PER_TURN: usize = 64;
@@ -189,6 +196,8 @@ pub struct WallSummary {
 pub struct SampledEvents {
     /// Allocations (uprobes) instead of CPU time.
     pub alloc: Option<alloc::AllocOptions>,
+    /// Lock waits (uprobes) instead of CPU time.
+    pub lock: Option<lock::LockOptions>,
 }
 
 /// A finished recording: the named profile and what the summary reports about it.
@@ -214,8 +223,8 @@ pub struct Recording {
     /// Why the ring buffers are smaller than a busy thread needs, when they are.
     pub ring_note: Option<String>,
     pub wall: Option<WallSummary>,
-    /// `-e alloc`: how it sampled, and what.
-    pub alloc: Option<alloc::AllocSummary>,
+    /// `-e alloc`, `-e lock`: how it sampled, and what.
+    pub probes: Option<probes::ProbeSummary>,
     pub spill: Option<SampleSpill>,
     pub ended: Option<String>,
     /// Samples taken on a CPU against what the target's CPU time predicts.
@@ -270,21 +279,22 @@ impl Engine {
         // anything is loaded into it; a probe event checks sampling.
         let target = TargetProcess::open(opts.pid)?;
         target.maps()?;
-        let probes = sampled
-            .alloc
-            .map(|a| alloc::AllocProbes::find(&target, a))
-            .transpose()?;
+        let probes = match (sampled.alloc, sampled.lock) {
+            (Some(a), _) => Some(probes::Probes::Alloc(alloc::AllocProbes::find(&target, a)?)),
+            (None, Some(l)) => Some(probes::Probes::Lock(lock::LockProbes::find(&target, l)?)),
+            (None, None) => None,
+        };
         let config = SamplerConfig {
             // Rings are sized for this many samples per second of a busy thread.
             frequency_hz: match probes {
-                Some(_) => ALLOC_RING_RATE_HZ,
+                Some(_) => PROBE_RING_RATE_HZ,
                 None => opts.frequency_hz,
             },
             stack_size: opts.stack_size,
             // A uprobe's kernel callchain is the breakpoint handler's.
             kernel_callchain: opts.kernel && probes.is_none(),
             wall: opts.wall.is_some(),
-            uprobes: probes.as_ref().map(|p| p.uprobes.clone()),
+            uprobes: probes.as_ref().map(|p| p.uprobes().clone()),
             sampling: opts.sampling,
             ..Default::default()
         };
@@ -351,9 +361,9 @@ impl Engine {
                 (sampler, Instant::now(), start_ns, cpu, Vec::new())
             }
         };
-        collected.alloc = probes
+        collected.probes = probes
             .as_ref()
-            .map(|p| alloc::AllocSource::new(p, &live.hotspot));
+            .map(|p| p.source(&live.hotspot, &live.process));
         let per_cpu = sampler.strategy().kind == Sampling::PerCpu;
         collected.wall = opts.wall.map(|_| wall::OffCpu::new(period_ns, per_cpu));
         if opts.wall.is_some() && per_cpu {
@@ -398,7 +408,10 @@ impl Engine {
             interval_start_ns: start_ns,
             interval_base: SamplerStats::default(),
             wall: opts.wall,
-            alloc: probes.is_some(),
+            probe_clock: probes.as_ref().map(|p| p.clock()),
+            prompt_probes: probes
+                .as_ref()
+                .is_some_and(|p| p.uprobes().probes.iter().any(|u| u.prompt)),
             cpu_time: CpuTime {
                 start: cpu_at_start,
                 last: cpu_at_start,
@@ -424,6 +437,11 @@ impl Engine {
             true => Duration::ZERO,
             false => timeout,
         };
+        // Prompt probes' samples point at what the target changes soon after: they are read
+        // within a millisecond or two, whether or not the kernel wakes the poll for them.
+        if self.prompt_probes {
+            timeout = timeout.min(PROMPT_POLL);
+        }
         // Per-CPU wall-clock mode: threads whose wait crosses a period boundary are read as
         // soon after it as can be, before they wake.
         if let Some(reads) = &self.collected.off_cpu_reads {
@@ -672,6 +690,7 @@ impl Engine {
         let idle_kept = self.wall.is_some_and(|w| w.idle);
         let idle_threads = self.collected.wall.as_ref().map_or(0, |w| w.idle_threads());
         self.collected.finish_off_cpu(end_ns, idle_kept);
+        self.collected.finish_waits(end_ns);
         // Load records for code sampled at the very end may still be in flight.
         let _ = self.live.pump(Duration::from_millis(100));
         while let Some(w) = self.warming.as_ref().filter(|w| !w.is_finished()) {
@@ -732,7 +751,7 @@ impl Engine {
                 idle_kept,
                 stacks: self.collected.off_cpu_reads.as_ref().map(|r| r.stats),
             }),
-            alloc: self.collected.alloc.as_ref().map(|a| a.summary.clone()),
+            probes: self.collected.probes.as_ref().map(|p| p.summary()),
             spill: named.spill.take(),
             ended: self.ended.take(),
             coverage,
@@ -771,10 +790,10 @@ impl Engine {
         if self.wall.is_some() {
             profile.clock = crate::profile::Clock::Wall;
         }
-        if self.alloc {
-            // Weights are bytes, not periods of time.
+        if let Some(clock) = self.probe_clock {
+            // Weights are bytes or nanoseconds, not periods.
             profile.period_ns = 0;
-            profile.clock = crate::profile::Clock::Alloc;
+            profile.clock = clock;
         }
         profile.start_ns = start_ns;
         self.name_threads(profile);

@@ -12,6 +12,7 @@ pub mod flags;
 pub mod frame;
 pub mod libjvm;
 pub mod method;
+pub mod oops;
 pub mod scopes;
 pub mod snapshot;
 pub mod threads;

@@ -20,32 +20,45 @@ pub struct FoundFunction {
 /// made of part of a function (`.part.N`, `.cold`, `.isra.N`, `.constprop.N`) are not it.
 pub fn find_function(module: &Module, qualified: &str) -> Option<FoundFunction> {
     let elf = object::File::parse(module.data()).ok()?;
-    let svma = match function_in(&elf, qualified) {
-        Some(svma) => svma,
-        None => {
-            let path = find_debug_file(module, &elf)?;
-            let file = std::fs::File::open(path).ok()?;
-            // SAFETY: a read-only mapping of a debug file, which packages replace, not rewrite.
-            let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-            function_in(&object::File::parse(&*map).ok()?, qualified)?
-        }
-    };
+    let svma = symbol_of(module, &elf, qualified, object::SymbolKind::Text)?;
     Some(FoundFunction {
         svma,
         file_offset: file_offset(&elf, svma)?,
     })
 }
 
-fn function_in(elf: &object::File, qualified: &str) -> Option<u64> {
+/// The stated address of static variable `qualified` (`java_lang_Thread::_park_blocker_offset`)
+/// of `module`, looked up as [`find_function`] does.
+pub fn find_static(module: &Module, qualified: &str) -> Option<u64> {
+    let elf = object::File::parse(module.data()).ok()?;
+    symbol_of(module, &elf, qualified, object::SymbolKind::Data)
+}
+
+fn symbol_of(
+    module: &Module,
+    elf: &object::File,
+    qualified: &str,
+    kind: object::SymbolKind,
+) -> Option<u64> {
+    match symbol_in(elf, qualified, kind) {
+        Some(svma) => Some(svma),
+        None => {
+            let path = find_debug_file(module, elf)?;
+            let file = std::fs::File::open(path).ok()?;
+            // SAFETY: a read-only mapping of a debug file, which packages replace, not rewrite.
+            let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+            symbol_in(&object::File::parse(&*map).ok()?, qualified, kind)
+        }
+    }
+}
+
+fn symbol_in(elf: &object::File, qualified: &str, kind: object::SymbolKind) -> Option<u64> {
     // Demangling every symbol of libjvm takes a while: only those naming the function's last
     // component are.
     let last = qualified.rsplit("::").next().unwrap_or(qualified);
     elf.symbols().find_map(|sym| {
         let name = sym.name().ok()?;
-        if !sym.is_definition()
-            || sym.kind() != object::SymbolKind::Text
-            || !name.contains(last)
-            || name.contains('.')
+        if !sym.is_definition() || sym.kind() != kind || !name.contains(last) || name.contains('.')
         {
             return None;
         }
@@ -67,6 +80,10 @@ fn file_offset(elf: &object::File, svma: u64) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn function_in(elf: &object::File, qualified: &str) -> Option<u64> {
+        symbol_in(elf, qualified, object::SymbolKind::Text)
+    }
 
     const LIBJVM_17: &str = "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so";
 
@@ -92,6 +109,19 @@ mod tests {
             svma - object::ObjectSection::address(&text)
         );
         assert_eq!(function_in(&elf, "AllocTracer::send_allocation"), None);
+        let blocker = symbol_in(
+            &elf,
+            "java_lang_Thread::_park_blocker_offset",
+            object::SymbolKind::Data,
+        );
+        assert!(
+            blocker.is_some_and(|a| a > svma),
+            "a static in .bss, after .text"
+        );
+        assert_eq!(
+            function_in(&elf, "java_lang_Thread::_park_blocker_offset"),
+            None
+        );
         assert_eq!(
             function_in(&elf, "NoSuchClass::send_allocation_outside_tlab"),
             None

@@ -1,19 +1,21 @@
 //! Collapsed stacks (Brendan Gregg's folded format): `root;…;leaf count`, Java frames suffixed with
 //! `_[j]` compiled by C2 (or of unknown tier), `_[1]` compiled by C1 (async-profiler's marks),
 //! `_[i]` inlined, `_[0]` interpreted, `_[k]` kernel, `_[a]` the class an allocation sample
-//! allocated. Counts are samples, or bytes in an allocation profile.
+//! allocated, `_[l]` the class of a lock waited for. Counts are samples, or bytes in an
+//! allocation profile, or nanoseconds in a lock profile.
 
 use super::OutputOptions;
 use crate::error::{Error, ErrorKind, Result};
 use crate::profile::{CompiledCode, Frame, FrameKind, Profile, MAX_WEIGHT};
 use std::collections::BTreeMap;
 
-const SUFFIXES: [(&str, FrameKind); 5] = [
+const SUFFIXES: [(&str, FrameKind); 6] = [
     ("_[j]", FrameKind::Jit),
     ("_[i]", FrameKind::Inlined),
     ("_[0]", FrameKind::Interpreted),
     ("_[k]", FrameKind::Kernel),
     ("_[a]", FrameKind::Allocated),
+    ("_[l]", FrameKind::Lock),
 ];
 
 /// The suffix of C1-compiled frames; their tier within C1 is not kept.
@@ -53,7 +55,8 @@ pub fn folded_with(
     let mut stacks: Vec<Option<String>> = vec![None; profile.stacks.len()];
     let mut counts = BTreeMap::new();
     // Aggregate first: stack strings can be long (deep recursion), samples many.
-    for ((stack, tid), weight) in profile.weights_by_stack_and_thread() {
+    for ((stack, tid), tally) in profile.weights_by_stack_and_thread() {
+        let weight = tally.weight;
         let text = stacks[stack as usize].get_or_insert_with(|| {
             let s = profile
                 .stacks

@@ -26,10 +26,11 @@ pub(crate) enum Shade {
     Agent,
     Thread,
     Allocated,
+    Lock,
 }
 
 impl Shade {
-    pub(crate) const ALL: [Shade; 10] = [
+    pub(crate) const ALL: [Shade; 11] = [
         Shade::C2,
         Shade::C1,
         Shade::Inlined,
@@ -40,6 +41,7 @@ impl Shade {
         Shade::Agent,
         Shade::Thread,
         Shade::Allocated,
+        Shade::Lock,
     ];
 
     pub(crate) fn of(frame: &Frame) -> Shade {
@@ -52,6 +54,7 @@ impl Shade {
             FrameKind::Stub => Shade::Stub,
             FrameKind::Thread => Shade::Thread,
             FrameKind::Allocated => Shade::Allocated,
+            FrameKind::Lock => Shade::Lock,
             FrameKind::Native
                 if frame
                     .module
@@ -74,6 +77,7 @@ impl Shade {
             ("_[0]", Shade::Interpreted),
             ("_[k]", Shade::Kernel),
             ("_[a]", Shade::Allocated),
+            ("_[l]", Shade::Lock),
         ] {
             if let Some(name) = label.strip_suffix(suffix) {
                 return (name, Some(shade));
@@ -95,6 +99,7 @@ impl Shade {
             Shade::Agent => '\u{2064}',
             Shade::Thread => '\u{FEFF}',
             Shade::Allocated => '\u{2065}',
+            Shade::Lock => '\u{206F}',
         }
     }
 
@@ -110,6 +115,7 @@ impl Shade {
             Shade::Agent => (175, 125, 220),
             Shade::Thread => (185, 185, 185),
             Shade::Allocated => (90, 130, 230),
+            Shade::Lock => (230, 110, 180),
         };
         Color { r, g, b }
     }
@@ -127,6 +133,7 @@ impl Shade {
             Shade::Agent => "jvmperf agent",
             Shade::Thread => "thread",
             Shade::Allocated => "allocated class",
+            Shade::Lock => "lock class",
         }
     }
 
@@ -142,6 +149,7 @@ impl Shade {
             Shade::Agent => "purple",
             Shade::Thread => "grey",
             Shade::Allocated => "blue",
+            Shade::Lock => "pink",
         };
         format!("{} {colour}", self.name())
     }
@@ -253,6 +261,7 @@ fn subtitle(profile: &Profile) -> String {
         .iter()
         .filter(|&&s| s != Shade::Thread)
         .filter(|&&s| s != Shade::Allocated || profile.clock == Clock::Alloc)
+        .filter(|&&s| s != Shade::Lock || profile.clock == Clock::Lock)
         .map(|s| s.legend())
         .collect();
     parts.push(legend.join(", "));
@@ -265,6 +274,7 @@ pub(crate) fn description(profile: &Profile) -> Vec<String> {
         Clock::Cpu => "CPU time".to_string(),
         Clock::Wall => "wall-clock time".to_string(),
         Clock::Alloc => "allocated bytes".to_string(),
+        Clock::Lock => "time waited for locks".to_string(),
     }];
     if let Some(span) = profile.interval {
         let start = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(span.start_unix_ns);
@@ -284,6 +294,7 @@ pub(crate) fn description(profile: &Profile) -> Vec<String> {
             "{samples} bytes ({:.1} MiB)",
             samples as f64 / f64::from(1 << 20)
         )),
+        Clock::Lock => parts.push(format!("{:.3} s waited", samples as f64 / 1e9)),
         _ => parts.push(format!("{samples} samples")),
     }
     parts

@@ -41,6 +41,9 @@ const KERNEL: &str = "[kernel.kallsyms]";
 const THREAD: &str = "[thread]";
 /// The mapping of allocation samples' leaves: the class allocated.
 const ALLOCATED: &str = "[allocated class]";
+const LOCK: &str = "[lock class]";
+/// A lock profile's count of waits (Pyroscope's name).
+const CONTENTIONS: &str = "contentions";
 const THREAD_LABEL: &str = "thread";
 const TID_LABEL: &str = "tid";
 const INTERVAL_START: &str = "jvmperf interval_start_ns=";
@@ -113,6 +116,7 @@ impl Builder {
             FrameKind::Kernel => KERNEL,
             FrameKind::Thread => THREAD,
             FrameKind::Allocated => ALLOCATED,
+            FrameKind::Lock => LOCK,
             FrameKind::Native => match &frame.module {
                 Some(m) => m,
                 None => return 0,
@@ -237,12 +241,18 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
         unit: b.string(u),
     };
     let clock = profile.clock.name();
-    let alloc = profile.clock == Clock::Alloc;
-    if alloc {
+    if profile.clock == Clock::Alloc {
         // Weights are bytes: Pyroscope's name for bytes allocated, and no count of objects
         // (a sample stands for a TLAB's worth of allocations, or one object outside TLABs).
         b.out.sample_type = vec![value_type(&mut b, clock, "bytes")];
         b.out.period_type = Some(value_type(&mut b, clock, "bytes"));
+    } else if profile.clock == Clock::Lock {
+        // Pyroscope's names: the waits (one sample each) and the time they took.
+        b.out.sample_type = vec![
+            value_type(&mut b, CONTENTIONS, "count"),
+            value_type(&mut b, clock, "nanoseconds"),
+        ];
+        b.out.period_type = Some(value_type(&mut b, CONTENTIONS, "count"));
     } else {
         b.out.sample_type = vec![
             value_type(&mut b, "samples", "count"),
@@ -282,7 +292,8 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
 
     let mut stack_locations: Vec<Option<Vec<u64>>> = vec![None; profile.stacks.len()];
     let (thread_key, tid_key) = (b.string(THREAD_LABEL), b.string(TID_LABEL));
-    for ((stack, tid), weight) in profile.weights_by_stack_and_thread() {
+    for ((stack, tid), tally) in profile.weights_by_stack_and_thread() {
+        let weight = tally.weight;
         let location_id = match &stack_locations[stack as usize] {
             Some(ids) => ids.clone(),
             None => {
@@ -294,13 +305,13 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
         let thread = b.string(&profile.thread_name(tid));
         b.out.sample.push(proto::Sample {
             location_id,
-            value: if alloc {
-                vec![weight as i64]
-            } else {
-                vec![
+            value: match profile.clock {
+                Clock::Alloc => vec![weight as i64],
+                Clock::Lock => vec![tally.samples as i64, weight as i64],
+                Clock::Cpu | Clock::Wall => vec![
                     weight as i64,
                     weight.saturating_mul(profile.period_ns) as i64,
-                ]
+                ],
             },
             label: vec![
                 proto::Label {
@@ -367,9 +378,12 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
     let alloc_space = types
         .iter()
         .position(|&(t, u)| t == Clock::Alloc.name() && u == "bytes");
-    let count_index = counted
-        .or(alloc_space)
-        .ok_or_else(|| corrupt("no samples/count (or alloc_space/bytes) sample type"))?;
+    let delay = types
+        .iter()
+        .position(|&(t, u)| t == Clock::Lock.name() && u == "nanoseconds");
+    let count_index = delay.or(counted).or(alloc_space).ok_or_else(|| {
+        corrupt("no samples/count (or alloc_space/bytes, delay/nanoseconds) sample type")
+    })?;
     let mut mappings: HashMap<u64, &str> = HashMap::new();
     let mut code_versions: HashMap<u64, CompiledCode> = HashMap::new();
     for m in &pb.mapping {
@@ -381,7 +395,9 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
     let functions: HashMap<u64, &proto::Function> = pb.function.iter().map(|f| (f.id, f)).collect();
 
     let mut profile = Profile::default();
-    if counted.is_none() {
+    if delay.is_some() {
+        profile.clock = Clock::Lock;
+    } else if counted.is_none() {
         profile.clock = Clock::Alloc;
     }
     for &c in &pb.comment {
@@ -431,6 +447,7 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
                 Some(KERNEL) => FrameKind::Kernel,
                 Some(THREAD) => FrameKind::Thread,
                 Some(ALLOCATED) => FrameKind::Allocated,
+                Some(LOCK) => FrameKind::Lock,
                 _ => FrameKind::Native,
             };
             let positive = |v: i64| u32::try_from(v).ok().filter(|&v| v > 0);

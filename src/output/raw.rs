@@ -1,12 +1,12 @@
 //! The `.jvmperf` raw recording: every sample with its CLOCK_MONOTONIC time and thread, already
 //! symbolized, so a recording can be converted, windowed and filtered later.
 //!
-//! Layout (version 1.5; integers are unsigned LEB128 varints unless noted):
+//! Layout (version 1.6; integers are unsigned LEB128 varints unless noted):
 //!
 //! ```text
 //! header (24 bytes, fixed):
 //!   magic        8 bytes  "JVMPERF\0"
-//!   major, minor 2 × u8   1, 5 — a reader refuses another major and reads any minor
+//!   major, minor 2 × u8   1, 6 — a reader refuses another major and reads any minor
 //!   flags        u8       bit 0: the body is gzip-compressed
 //!   reserved     u8       0
 //!   crc32        u32 LE   of the uncompressed body
@@ -18,14 +18,16 @@
 //!   frames:   n, n × (kind u8, name, file, line, bci, signature, module, start_line)
 //!             name is a string index; the others are optional: 0 = absent, else value + 1
 //!             (bci zigzag-encoded first); kind numbers follow `FrameKind::ALL` (7, the
-//!             allocated class, from 1.5: older readers refuse such a file as corrupt)
+//!             allocated class, from 1.5; 8, the class of a lock, from 1.6: older readers
+//!             refuse such a file as corrupt)
 //!   stacks:   n, n × (depth, depth × frame index)      root first
 //!   samples:  n, n × (time delta, thread index, stack index, weight)
 //!             time delta: zigzag(time − previous time), the first against start_ns
 //!   compiled (1.1): n, n × (frame index, level, compile id, osr bci, code size)
 //!             the code version of compiled frames; osr bci: 0 = not OSR, else zigzag(bci) + 1
 //!   clock (1.2): 0 = CPU time, 1 = wall-clock time (`record --wall`), 2 (1.5) = bytes
-//!             allocated (`record -e alloc`; weights are bytes)
+//!             allocated (`record -e alloc`; weights are bytes), 3 (1.6) = nanoseconds
+//!             waited for locks (`record -e lock`)
 //!   cpu time (1.3): the target's CPU time over the sampled window in ns + 1, 0 = unknown
 //!             (samples on a CPU were expected to number it / period_ns)
 //!   span (1.4): its start in ns since the Unix epoch + 1 (0 = unknown, nothing follows), then
@@ -52,7 +54,7 @@ use std::sync::Arc;
 
 pub const MAGIC: &[u8; 8] = b"JVMPERF\0";
 const MAJOR: u8 = 1;
-const MINOR: u8 = 5;
+const MINOR: u8 = 6;
 const FLAG_GZIP: u8 = 1;
 const HEADER_LEN: usize = 24;
 /// Larger bodies are refused rather than allocated (a corrupt length).
@@ -179,6 +181,7 @@ pub(super) fn put_tail(buf: &mut Vec<u8>, profile: &Profile) {
             Clock::Cpu => 0,
             Clock::Wall => 1,
             Clock::Alloc => 2,
+            Clock::Lock => 3,
         },
     );
     put(
@@ -487,6 +490,7 @@ pub fn parse(bytes: &[u8]) -> Result<Profile> {
             0 => Clock::Cpu,
             1 => Clock::Wall,
             2 => Clock::Alloc,
+            3 => Clock::Lock,
             other => return Err(corrupt(format!("clock {other} (a newer jvmperf's?)"))),
         };
     }

@@ -23,11 +23,13 @@ pub enum FrameKind {
     Thread,
     /// The class of an object allocated (the leaf of an allocation sample).
     Allocated,
+    /// The class of a lock waited for (the leaf of a lock sample).
+    Lock,
 }
 
 impl FrameKind {
     /// Every kind, in the order of their numbers in the `.jvmperf` format: add new kinds at the end.
-    pub const ALL: [FrameKind; 8] = [
+    pub const ALL: [FrameKind; 9] = [
         FrameKind::Jit,
         FrameKind::Inlined,
         FrameKind::Interpreted,
@@ -36,6 +38,7 @@ impl FrameKind {
         FrameKind::Stub,
         FrameKind::Thread,
         FrameKind::Allocated,
+        FrameKind::Lock,
     ];
 
     /// A frame of a Java method (compiled, inlined or interpreted).
@@ -198,11 +201,18 @@ pub struct Profile {
     /// Free-form notes on the profile (the rate in effect, samples lost): pprof comments.
     pub comments: Vec<String>,
     /// What a period is of: CPU time, or wall-clock time (`record --wall`); or that weights are
-    /// bytes allocated (`record -e alloc`).
+    /// bytes allocated (`record -e alloc`) or nanoseconds waited for locks (`record -e lock`).
     pub clock: Clock,
     /// The target's CPU time over the sampled window, when known: samples on a CPU are expected
     /// to number `cpu_time_ns / period_ns` (their coverage).
     pub cpu_time_ns: Option<u64>,
+}
+
+/// Samples added up: their weights, and how many there were (a lock profile's waits).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    pub weight: u64,
+    pub samples: u64,
 }
 
 /// What a sample's weight counts.
@@ -215,6 +225,8 @@ pub enum Clock {
     Wall,
     /// Bytes allocated (`record -e alloc`).
     Alloc,
+    /// Nanoseconds waited for a lock (`record -e lock`).
+    Lock,
 }
 
 impl Clock {
@@ -224,6 +236,7 @@ impl Clock {
             Clock::Cpu => "cpu",
             Clock::Wall => "wall",
             Clock::Alloc => "alloc_space",
+            Clock::Lock => "delay",
         }
     }
 
@@ -232,6 +245,7 @@ impl Clock {
         match self {
             Clock::Cpu | Clock::Wall => "samples",
             Clock::Alloc => "bytes",
+            Clock::Lock => "nanoseconds",
         }
     }
 
@@ -328,18 +342,17 @@ impl Profile {
     }
 
     /// Summed weight per (stack, thread), in order of first appearance.
-    pub fn weights_by_stack_and_thread(&self) -> Vec<((StackId, u32), u64)> {
+    pub fn weights_by_stack_and_thread(&self) -> Vec<((StackId, u32), Tally)> {
         let mut index: HashMap<(StackId, u32), usize> = HashMap::new();
-        let mut out: Vec<((StackId, u32), u64)> = Vec::new();
+        let mut out: Vec<((StackId, u32), Tally)> = Vec::new();
         for s in &self.samples {
             let key = (s.stack, s.tid);
-            match index.get(&key) {
-                Some(&i) => out[i].1 += s.weight,
-                None => {
-                    index.insert(key, out.len());
-                    out.push((key, s.weight));
-                }
-            }
+            let i = *index.entry(key).or_insert_with(|| {
+                out.push((key, Tally::default()));
+                out.len() - 1
+            });
+            out[i].1.weight += s.weight;
+            out[i].1.samples += 1;
         }
         out
     }

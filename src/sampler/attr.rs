@@ -104,9 +104,12 @@ pub(super) fn uprobe_pmu_type() -> io::Result<u32> {
 }
 
 /// Attributes for a uprobe on `probes`' function `index`: a sample with the user registers and
-/// stack copy every `probes.period`-th time a thread runs its first instruction. `config1` points
-/// at the path, `config2` is the function's file offset (`perf_uprobe_init`,
-/// kernel/trace/trace_event_perf.c; `config` bit 0 would make it a return probe). The path is
+/// stack copy every `probes.period`-th time a thread runs its first instruction, or returns
+/// from it. `config1` points at the path, `config2` is the function's file offset
+/// (`perf_uprobe_init`, kernel/trace/trace_event_perf.c); `config` bit 0 makes it a return probe
+/// (the PMU's `format/retprobe`). A prompt probe wakes its ring's reader at each sample. A
+/// return probe copies no stack: the record keeps the ring's
+/// layout with an empty stack (`perf_output_sample_ustack` writes its size alone). The path is
 /// read by the kernel at each open: `probes` must outlive them.
 pub(super) fn uprobe_attr(
     config: &SamplerConfig,
@@ -116,9 +119,17 @@ pub(super) fn uprobe_attr(
 ) -> sys::perf_event_attr {
     let mut attr = event_attr(config);
     attr.type_ = pmu_type;
-    attr.config = 0;
+    let probe = probes.probes[index];
+    attr.config = u64::from(probe.on_return);
     attr.config1 = probes.path.as_ptr() as u64;
-    attr.config2 = probes.offsets[index];
+    attr.config2 = probe.offset;
+    if probe.on_return {
+        attr.sample_stack_user = 0;
+    }
+    if probe.prompt {
+        attr.set_watermark(0);
+        attr.wakeup_events = 1;
+    }
     attr.sample_period = probes.period.max(1);
     attr
 }
@@ -207,7 +218,9 @@ fn open_once(
     cpu: i32,
 ) -> io::Result<Option<OwnedFd>> {
     let mut attr = *attr;
-    attr.wakeup_watermark = u32::try_from(wakeup_bytes).unwrap_or(u32::MAX);
+    if attr.watermark() == 1 {
+        attr.wakeup_watermark = u32::try_from(wakeup_bytes).unwrap_or(u32::MAX);
+    }
     // SAFETY: `attr` is a fully initialised perf_event_attr that the kernel may write back to.
     let fd = unsafe {
         perf_event_open(
@@ -433,6 +446,7 @@ fn memory_hint(what: &str, e: &io::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Uprobe;
     use super::*;
 
     fn error_for(errno: i32) -> Error {
@@ -493,7 +507,23 @@ mod tests {
     fn a_uprobe_samples_registers_and_stack_at_the_function_in_the_file() {
         let probes = Uprobes {
             path: std::sync::Arc::new(std::ffi::CString::new("/lib/libjvm.so").unwrap()),
-            offsets: vec![0x3bc550, 0x3bc670],
+            probes: vec![
+                Uprobe {
+                    offset: 0x3bc550,
+                    on_return: false,
+                    prompt: false,
+                },
+                Uprobe {
+                    offset: 0x3bc670,
+                    on_return: false,
+                    prompt: true,
+                },
+                Uprobe {
+                    offset: 0x3bc670,
+                    on_return: true,
+                    prompt: false,
+                },
+            ],
             period: 3,
         };
         let config = SamplerConfig::default();
@@ -511,8 +541,16 @@ mod tests {
         assert_ne!(attr.sample_regs_user & (1 << 5), 0);
         assert_ne!(attr.sample_regs_user & (1 << 3), 0);
         assert_eq!(attr.sample_stack_user, config.stack_size);
+        assert_eq!((attr.watermark(), attr.wakeup_events), (0, 1), "prompt");
+        let first = uprobe_attr(&config, 8, &probes, 0);
+        assert_eq!(first.watermark(), 1, "woken by the ring's fill level");
         assert_eq!(attr.clockid, libc::CLOCK_MONOTONIC);
         assert_eq!(attr.use_clockid(), 1);
+        let ret = uprobe_attr(&config, 8, &probes, 2);
+        assert_eq!(ret.config, 1, "a return probe");
+        assert_eq!(ret.config2, 0x3bc670);
+        assert_eq!(ret.sample_type, attr.sample_type, "one layout in the ring");
+        assert_eq!(ret.sample_stack_user, 0);
     }
 
     #[test]

@@ -47,7 +47,7 @@ impl MappedEvent {
     /// disabled or after its thread exited), for the caller to count. LOST records count the
     /// drops of every event writing into the ring, so the kernel's counts of `others` writing
     /// there too are added to the event's own.
-    pub fn unreported_lost(&mut self, counts_lost: bool, others: Option<&OwnedFd>) -> u64 {
+    pub fn unreported_lost(&mut self, counts_lost: bool, others: &[OwnedFd]) -> u64 {
         if !counts_lost {
             return 0;
         }

@@ -59,16 +59,27 @@ pub struct SamplerConfig {
     pub sampling: Sampling,
 }
 
-/// Functions of one file to probe on entry.
+/// Functions of one file to probe, on entry or on return.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Uprobes {
     /// The file as this process reaches it (the target's root prefixed), shared by every clone:
     /// the events' attributes point at it.
     pub path: std::sync::Arc<std::ffi::CString>,
-    /// File offsets of the functions' first instructions.
-    pub offsets: Vec<u64>,
+    pub probes: Vec<Uprobe>,
     /// A sample every this many hits.
     pub period: u64,
+}
+
+/// One probed function of [`Uprobes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Uprobe {
+    /// File offset of the function's first instruction.
+    pub offset: u64,
+    /// A return probe: its samples carry the registers at the return address, and no stack.
+    pub on_return: bool,
+    /// Each sample wakes the drain at once (not when the ring fills up): the target's memory it
+    /// points at is read while it still holds what the sample is about.
+    pub prompt: bool,
 }
 
 impl Default for SamplerConfig {

@@ -362,7 +362,7 @@ impl CpuSampler {
         if !enabled {
             let counts_lost = attr::counts_lost(&self.attr);
             for event in self.cpus.iter_mut().chain(self.switches.iter_mut()) {
-                self.stats.lost += event.unreported_lost(counts_lost, None);
+                self.stats.lost += event.unreported_lost(counts_lost, &[]);
             }
         }
     }

@@ -33,9 +33,9 @@ const OPEN_BATCH: std::time::Duration = std::time::Duration::from_millis(25);
 const FIRST_PERIOD_MAX_SPEEDUP: u64 = 32;
 
 struct ThreadEvent {
-    /// A second event writing into `event`'s ring: wall-clock mode's context-switch event, or
-    /// the second uprobe.
-    switch: Option<OwnedFd>,
+    /// More events writing into `event`'s ring: wall-clock mode's context-switch event, or the
+    /// other uprobes.
+    more: Vec<OwnedFd>,
     event: MappedEvent,
     /// Found busy, but the budget had no room for a larger ring.
     no_room: bool,
@@ -56,7 +56,7 @@ struct Pacing {
 impl ThreadEvent {
     /// Every event of the thread writing into its ring.
     fn fds(&self) -> impl Iterator<Item = &OwnedFd> {
-        std::iter::once(&self.event.fd).chain(self.switch.as_ref())
+        std::iter::once(&self.event.fd).chain(&self.more)
     }
 
     fn set_enabled(&self, enabled: bool) -> std::io::Result<()> {
@@ -64,11 +64,9 @@ impl ThreadEvent {
     }
 
     /// Counts the drops no LOST record reported (see [`MappedEvent::unreported_lost`]; the
-    /// switch event's count too).
+    /// other events' counts too).
     fn count_unreported_lost(&mut self, counts_lost: bool, period: u64, stats: &mut SamplerStats) {
-        let lost = self
-            .event
-            .unreported_lost(counts_lost, self.switch.as_ref());
+        let lost = self.event.unreported_lost(counts_lost, &self.more);
         stats.lost += self.pacing.lost_share(lost, period);
     }
 }
@@ -110,8 +108,8 @@ pub(super) struct ThreadSampler {
     pid: u32,
     config: SamplerConfig,
     attr: perf_event_attr,
-    /// The second event per thread: wall-clock mode's context-switch event, or the second uprobe.
-    switch_attr: Option<perf_event_attr>,
+    /// More events per thread: wall-clock mode's context-switch event, or the other uprobes.
+    more_attrs: Vec<perf_event_attr>,
     pub plan: RingPlan,
     enabled: bool,
     epoll: Epoll,
@@ -139,23 +137,25 @@ impl ThreadSampler {
         let tids = super::list_threads(pid)?;
         raise_fd_limit();
         let plan = config.ring_plan(tids.len(), super::Host::current().budget());
-        let (attr, second) = match &config.uprobes {
+        let (attr, more) = match &config.uprobes {
             Some(probes) => {
                 let pmu = super::uprobe_pmu()?;
-                let second =
-                    (probes.offsets.len() > 1).then(|| attr::uprobe_attr(config, pmu, probes, 1));
-                (attr::uprobe_attr(config, pmu, probes, 0), second)
+                let more = (1..probes.probes.len())
+                    .map(|i| attr::uprobe_attr(config, pmu, probes, i))
+                    .collect();
+                (attr::uprobe_attr(config, pmu, probes, 0), more)
             }
             None => {
                 let attr = attr::event_attr(config);
-                (attr, config.wall.then(|| attr::switch_attr(&attr)))
+                let switch = config.wall.then(|| attr::switch_attr(&attr));
+                (attr, switch.into_iter().collect())
             }
         };
         let mut sampler = ThreadSampler {
             pid,
             config: config.clone(),
             attr,
-            switch_attr: second,
+            more_attrs: more,
             plan,
             enabled: true,
             epoll,
@@ -316,23 +316,18 @@ impl ThreadSampler {
                 }
             }
         };
-        let switch = match self
-            .open_switch_event(tid, &fd, enabled)
+        // `None`: the thread exited between the opens; its first event alone would write
+        // records laid out unlike the ring's layout says.
+        let Some(more) = self
+            .open_more_events(tid, &fd, enabled)
             .map_err(OpenError::Other)?
-        {
-            Some(switch) => Some(switch),
-            // The thread exited between the two opens: its CPU-clock event alone would write
-            // records laid out unlike the ring's layout says.
-            None if self.switch_attr.is_some() => return Ok(None),
-            None => None,
+        else {
+            return Ok(None);
         };
         let layout = RecordLayout {
             kernel_callchain: self.config.kernel_callchain,
             // Uprobe samples are told apart by their ip, all of them taken at the probes.
-            switch_event: switch
-                .as_ref()
-                .filter(|_| self.config.wall)
-                .map(|(_, id)| *id),
+            switch_event: more.first().filter(|_| self.config.wall).map(|(_, id)| *id),
             switch_ring: false,
         };
         self.plan.mapped(pages, wanted, busy);
@@ -343,40 +338,42 @@ impl ThreadSampler {
             })?;
         let period = self.config.period_ns();
         Ok(Some(ThreadEvent {
-            switch: switch.map(|(fd, _)| fd),
+            more: more.into_iter().map(|(fd, _)| fd).collect(),
             event: MappedEvent::new(fd, ring, pages, layout),
             no_room: false,
             pacing: Pacing::new(first_period, period),
         }))
     }
 
-    /// Wall-clock mode: opens thread `tid`'s context-switch event writing into the ring of
-    /// `cpu_clock`; returns it with its id. `Ok(None)` outside wall mode or if the thread is gone.
-    fn open_switch_event(
+    /// Opens thread `tid`'s other events (wall-clock mode's context-switch event, the other
+    /// uprobes) writing into the ring of `first`; returns them with their ids. `Ok(None)` if the
+    /// thread is gone.
+    fn open_more_events(
         &mut self,
         tid: u32,
-        cpu_clock: &OwnedFd,
+        first: &OwnedFd,
         enabled: bool,
-    ) -> Result<Option<(OwnedFd, u64)>> {
-        let Some(switch_attr) = self.switch_attr.as_mut() else {
-            return Ok(None);
-        };
-        switch_attr.set_disabled(u64::from(!enabled));
-        // The ring's fill level wakes epoll through the CPU-clock event.
-        let opened = attr::open(switch_attr, 0, tid as i32, -1);
-        let Some(fd) =
-            opened.map_err(|e| attr::open_error(&e, attr::Target::Thread(tid), &self.config))?
-        else {
-            return Ok(None);
-        };
-        let id = attr::set_output(&fd, cpu_clock).and_then(|()| attr::event_id(&fd));
-        let id = id.map_err(|e| {
-            Error::new(
-                ErrorKind::Sampling,
-                format!("cannot route thread {tid}'s second event's samples to its ring: {e}"),
-            )
-        })?;
-        Ok(Some((fd, id)))
+    ) -> Result<Option<Vec<(OwnedFd, u64)>>> {
+        let mut opened = Vec::with_capacity(self.more_attrs.len());
+        for more in &mut self.more_attrs {
+            more.set_disabled(u64::from(!enabled));
+            // The ring's fill level wakes epoll through the first event.
+            let fd = attr::open(more, 0, tid as i32, -1);
+            let Some(fd) =
+                fd.map_err(|e| attr::open_error(&e, attr::Target::Thread(tid), &self.config))?
+            else {
+                return Ok(None);
+            };
+            let id = attr::set_output(&fd, first).and_then(|()| attr::event_id(&fd));
+            let id = id.map_err(|e| {
+                Error::new(
+                    ErrorKind::Sampling,
+                    format!("cannot route thread {tid}'s other events' samples to its ring: {e}"),
+                )
+            })?;
+            opened.push((fd, id));
+        }
+        Ok(Some(opened))
     }
 
     /// Moves busy thread `tid` to a larger ring, if the budget has room: its samples go to the

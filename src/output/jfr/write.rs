@@ -333,7 +333,8 @@ fn stack_frame(c: &mut Constants, f: &Frame) -> (u64, i32, i32, u64) {
         | FrameKind::Stub
         | FrameKind::Kernel
         | FrameKind::Thread
-        | FrameKind::Allocated => {
+        | FrameKind::Allocated
+        | FrameKind::Lock => {
             let (class, t) = match f.kind {
                 FrameKind::Kernel => (KERNEL_CLASS, KERNEL),
                 FrameKind::Stub => (STUBS_CLASS, NATIVE),
@@ -360,10 +361,16 @@ fn put_event(out: &mut Vec<u8>, body: &[u8]) {
 }
 
 pub fn render(profile: &Profile) -> Result<Vec<u8>> {
-    let events: u64 = match profile.clock {
-        Clock::Cpu => profile.total_weight(),
-        Clock::Wall | Clock::Alloc => profile.samples.len() as u64,
-    };
+    let events: u64 =
+        match profile.clock {
+            Clock::Cpu => profile.total_weight(),
+            Clock::Wall | Clock::Alloc => profile.samples.len() as u64,
+            Clock::Lock => return Err(Error::new(
+                ErrorKind::Usage,
+                "a lock profile is not written as JFR yet: write pprof (.pb.gz), collapsed, SVG, \
+                 HTML or .jvmperf",
+            )),
+        };
     if events > MAX_EVENTS {
         return Err(Error::new(
             ErrorKind::Usage,
@@ -436,14 +443,14 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
         let (type_id, copies) = match profile.clock {
             Clock::Cpu => (T_EXECUTION_SAMPLE, s.weight),
             Clock::Wall => (T_WALL_CLOCK_SAMPLE, 1),
-            Clock::Alloc => (T_OBJECT_ALLOCATION_SAMPLE, 1),
+            Clock::Alloc | Clock::Lock => (T_OBJECT_ALLOCATION_SAMPLE, 1),
         };
         put_varint(&mut body, type_id);
         put_varint(&mut body, time);
         put_varint(&mut body, thread);
         put_varint(&mut body, stack);
         match profile.clock {
-            Clock::Alloc => {
+            Clock::Alloc | Clock::Lock => {
                 put_varint(&mut body, class);
                 put_varint(&mut body, s.weight);
             }
@@ -553,7 +560,7 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
     );
     let state = match profile.clock {
         Clock::Cpu => "STATE_RUNNABLE",
-        Clock::Wall | Clock::Alloc => "STATE_UNKNOWN",
+        Clock::Wall | Clock::Alloc | Clock::Lock => "STATE_UNKNOWN",
     };
     pool(
         T_THREAD_STATE,
