@@ -195,10 +195,14 @@ pub fn run(opts: &RecordOptions) -> Result<()> {
                     .ended
                     .map(|e| format!(": {e}"))
                     .unwrap_or_default(),
-                match event {
-                    Event::Alloc => "does it allocate? a smaller -c samples more often",
-                    Event::Lock => "do its threads wait for locks? a smaller --lock-threshold counts shorter waits",
-                    _ => "is it idle?",
+                match (event, &recording.probes) {
+                    (Event::Alloc, _) => "does it allocate? a smaller -c samples more often".into(),
+                    (Event::Lock, Some(ProbeSummary::Lock(l))) if l.short > 0 => format!(
+                        "{} waits were shorter than --lock-threshold: a smaller one counts them",
+                        l.short
+                    ),
+                    (Event::Lock, _) => "do its threads wait for locks? a smaller --lock-threshold counts shorter waits".into(),
+                    _ => "is it idle?".to_string(),
                 }
             ),
         ));

@@ -159,9 +159,11 @@ impl Frame {
     }
 }
 
-/// The largest weight one sample may carry in a file read back (4 billion samples of one stack):
-/// larger ones mean a damaged file, and bounding them keeps every sum of weights from overflowing.
-pub const MAX_WEIGHT: u64 = 1 << 32;
+/// The largest weight one sample may carry in a file read back: 2^44 is 4.9 hours of one
+/// thread's waits for locks at one stack in nanoseconds, 16 TiB allocated, 17 trillion CPU samples.
+/// Larger ones mean a damaged file, and bounding them keeps sums of weights from overflowing (a
+/// million samples at the bound still add up within a u64).
+pub const MAX_WEIGHT: u64 = 1 << 44;
 
 pub type FrameId = u32;
 pub type StackId = u32;
