@@ -154,6 +154,70 @@ fn waited_time_matches_what_the_threads_timed_per_site() {
     assert_eq!(back_waited, waited);
     assert_eq!(back_leaves, leaves);
     report_of(&pb);
+
+    // JFR: a jdk.JavaMonitorEnter per monitor wait and a jdk.ThreadPark per park, as the JDK's own
+    // parser reads them, each with the lock's class and the time waited as its duration.
+    let jfr = dir.path("lock.jfr");
+    ok(&["convert", s(&rec), "-o", s(&jfr)]);
+    let counted = |what: &str| -> u64 {
+        err.split_once(what)
+            .and_then(|(head, _)| {
+                head.rsplit([' ', ','])
+                    .find(|w| !w.is_empty())?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no count before {what:?}: {err}"))
+    };
+    for (k, (event, class_field, class)) in [
+        (
+            "jdk.JavaMonitorEnter",
+            "monitorClass",
+            "bench/Contention$Account",
+        ),
+        (
+            "jdk.ThreadPark",
+            "parkedClass",
+            "java/util/concurrent/locks/ReentrantLock$FairSync",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let print = std::process::Command::new(java_home().join("bin/jfr"))
+            .args(["print", "--json", "--events", event])
+            .arg(&jfr)
+            .output()
+            .unwrap();
+        assert!(
+            print.status.success(),
+            "{}",
+            String::from_utf8_lossy(&print.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&print.stdout).unwrap();
+        let events = json["recording"]["events"].as_array().unwrap();
+        let what = [" waits on monitors (", " on java.util.concurrent locks ("][k];
+        assert_eq!(events.len() as u64, counted(what), "{event}s");
+        let mut of_class = 0.0;
+        for e in events {
+            let v = &e["values"];
+            // ISO 8601, as "PT0.00222901S" (waits under a minute here).
+            let duration = v["duration"].as_str().unwrap();
+            let seconds: f64 = duration
+                .strip_prefix("PT")
+                .and_then(|d| d.strip_suffix('S')?.parse().ok())
+                .unwrap_or_else(|| panic!("{event} duration {duration}"));
+            if v[class_field]["name"] == class {
+                of_class += seconds * 1e9;
+            }
+        }
+        assert!(
+            (of_class - waited[k] as f64).abs() <= 1e-3 * waited[k] as f64,
+            "{event}: {of_class:.0} ns of {class}, {} ns sampled at {}",
+            waited[k],
+            SITES[k]
+        );
+    }
 }
 
 #[test]

@@ -42,7 +42,7 @@ const MONITOR: [&str; 2] = [
     "ObjectMonitor::enter_with_contention_mark",
     "ObjectMonitor::EnterI",
 ];
-const PARK: &str = "Unsafe_Park";
+pub const PARK: &str = "Unsafe_Park";
 const PARK_BLOCKER_OFFSET: &str = "java_lang_Thread::_park_blocker_offset";
 /// Every `java.util.concurrent` lock's synchronizer extends it.
 const LOCK_BASE: &str = "java/util/concurrent/locks/AbstractOwnableSynchronizer";

@@ -51,6 +51,10 @@ const ACTIVE_SETTING: &str = "jdk.ActiveSetting";
 const WALL_CLOCK_SAMPLE: &str = "profiler.WallClockSample";
 /// The JDK's allocation sample: the allocating stack, the class and the bytes it stands for.
 const OBJECT_ALLOCATION_SAMPLE: &str = "jdk.ObjectAllocationSample";
+/// A contended `synchronized` enter, and a park for a `java.util.concurrent` lock (JDK event types;
+/// their fields as `jfr metadata` lists them).
+const JAVA_MONITOR_ENTER: &str = "jdk.JavaMonitorEnter";
+const THREAD_PARK: &str = "jdk.ThreadPark";
 
 /// Frame types: the JDK's four, and async-profiler's names for the rest (its
 /// `writeFrameTypes`).

@@ -1,8 +1,11 @@
 //! Writing a profile as one JFR chunk: the samples as events in time order, then one checkpoint
 //! with the constant pools, then the metadata describing the types used (the type set and field
-//! order of the JDK's `jdk.ExecutionSample` and `jdk.ObjectAllocationSample`, and async-profiler's
-//! `profiler.WallClockSample`). An allocation sample's leaf frame, the allocated class, becomes
-//! the event's `objectClass`, and its bytes its `weight`.
+//! order of the JDK's `jdk.ExecutionSample`, `jdk.ObjectAllocationSample`, `jdk.JavaMonitorEnter`
+//! and `jdk.ThreadPark`, and async-profiler's `profiler.WallClockSample`). An allocation sample's
+//! leaf frame, the allocated class, becomes the event's `objectClass`, and its bytes its `weight`;
+//! a wait for a lock becomes a monitor enter or a park (by the runtime function it waited in, on
+//! its stack) with the lock's class as `monitorClass` or `parkedClass` and the nanoseconds waited
+//! as its `duration`.
 //!
 //! Ticks are CLOCK_MONOTONIC ns (1e9 ticks a second); the chunk starts at the first sample, its
 //! wall-clock start taken from the profile's span when known. A CPU sample of weight n (a profile
@@ -11,6 +14,7 @@
 
 use super::metadata::Element;
 use super::*;
+use crate::engine::lock::PARK as PARK_FUNCTION;
 use crate::profile::{Clock, Frame, FrameKind, Profile};
 use std::collections::HashMap;
 
@@ -31,10 +35,13 @@ const T_SYMBOL: u64 = 30;
 const T_EXECUTION_SAMPLE: u64 = 101;
 const T_WALL_CLOCK_SAMPLE: u64 = 102;
 const T_OBJECT_ALLOCATION_SAMPLE: u64 = 103;
+const T_JAVA_MONITOR_ENTER: u64 = 104;
+const T_THREAD_PARK: u64 = 105;
 const T_LABEL: u64 = 200;
 const T_CATEGORY: u64 = 201;
 const T_TIMESTAMP: u64 = 202;
 const T_DATA_AMOUNT: u64 = 203;
+const T_TIMESPAN: u64 = 204;
 
 /// Frame type keys, in async-profiler's numbering.
 const FRAME_TYPES: [&str; 7] = [
@@ -71,22 +78,30 @@ fn annotation(type_id: u64, value: &str) -> Element {
 }
 
 /// An event type's name, label, category and start time.
-fn event_type(name: &str, id: u64, label: &str, category: [&str; 2]) -> Element {
+fn event_type(name: &str, id: u64, label: &str, category: &[&str]) -> Element {
+    let categories = category.iter().enumerate().fold(
+        Element::new("annotation").attr("class", T_CATEGORY),
+        |a, (i, c)| a.attr(&format!("value-{i}"), *c),
+    );
     class(name, id)
         .attr("superType", "jdk.jfr.Event")
         .child(annotation(T_LABEL, label))
-        .child(
-            Element::new("annotation")
-                .attr("class", T_CATEGORY)
-                .attr("value-0", category[0])
-                .attr("value-1", category[1]),
-        )
+        .child(categories)
         .child(field("startTime", T_LONG).child(annotation(T_TIMESTAMP, "TICKS")))
+}
+
+/// A wait for a lock: its duration, thread, stack and the lock's class as `class_field`.
+fn wait_event(name: &str, id: u64, label: &str, class_field: &str) -> Element {
+    event_type(name, id, label, &["Java Application"])
+        .child(field("duration", T_LONG).child(annotation(T_TIMESPAN, "TICKS")))
+        .child(pooled("eventThread", T_THREAD))
+        .child(pooled("stackTrace", T_STACK_TRACE))
+        .child(pooled(class_field, T_CLASS))
 }
 
 /// A stack sample event: thread, stack and state after the start time.
 fn event(name: &str, id: u64, label: &str) -> Element {
-    event_type(name, id, label, ["Java Virtual Machine", "Profiling"])
+    event_type(name, id, label, &["Java Virtual Machine", "Profiling"])
         .child(pooled("sampledThread", T_THREAD))
         .child(pooled("stackTrace", T_STACK_TRACE))
         .child(pooled("state", T_THREAD_STATE))
@@ -167,13 +182,25 @@ fn metadata() -> Element {
                 OBJECT_ALLOCATION_SAMPLE,
                 T_OBJECT_ALLOCATION_SAMPLE,
                 "Object Allocation Sample",
-                ["Java Application", "Statistics"],
+                &["Java Application", "Statistics"],
             )
             .child(pooled("eventThread", T_THREAD))
             .child(pooled("stackTrace", T_STACK_TRACE))
             .child(pooled("objectClass", T_CLASS))
             .child(field("weight", T_LONG).child(annotation(T_DATA_AMOUNT, "BYTES"))),
         )
+        .child(wait_event(
+            JAVA_MONITOR_ENTER,
+            T_JAVA_MONITOR_ENTER,
+            "Java Monitor Blocked",
+            "monitorClass",
+        ))
+        .child(wait_event(
+            THREAD_PARK,
+            T_THREAD_PARK,
+            "Java Thread Park",
+            "parkedClass",
+        ))
         .child(annotation_type("jdk.jfr.Label", T_LABEL))
         .child(annotation_type("jdk.jfr.DataAmount", T_DATA_AMOUNT))
         .child(
@@ -181,7 +208,8 @@ fn metadata() -> Element {
                 .attr("superType", "java.lang.annotation.Annotation")
                 .child(field("value", T_STRING).attr("dimension", 1)),
         )
-        .child(annotation_type("jdk.jfr.Timestamp", T_TIMESTAMP));
+        .child(annotation_type("jdk.jfr.Timestamp", T_TIMESTAMP))
+        .child(annotation_type("jdk.jfr.Timespan", T_TIMESPAN));
     Element::new("root").child(types).child(
         Element::new("region")
             .attr("locale", "en_US")
@@ -281,9 +309,10 @@ fn binary_name(class: &str) -> String {
     format!("{}{hidden}", name.replace('.', "/"))
 }
 
-/// An allocated class's name as the JVM spells it: `java/lang/String`, `[J` for `long[]`,
-/// `[Ljava/lang/String;` for `java.lang.String[]` (` (outside TLAB)` dropped).
-fn allocated_class_name(name: &str) -> String {
+/// A leaf class's name (an allocated class or a lock's) as the JVM spells it:
+/// `java/lang/String`, `[J` for `long[]`, `[Ljava/lang/String;` for `java.lang.String[]`
+/// (` (outside TLAB)` dropped).
+fn class_name(name: &str) -> String {
     let name = name.strip_suffix(" (outside TLAB)").unwrap_or(name);
     let element = name.trim_end_matches("[]");
     let dimensions = (name.len() - element.len()) / 2;
@@ -361,16 +390,10 @@ fn put_event(out: &mut Vec<u8>, body: &[u8]) {
 }
 
 pub fn render(profile: &Profile) -> Result<Vec<u8>> {
-    let events: u64 =
-        match profile.clock {
-            Clock::Cpu => profile.total_weight(),
-            Clock::Wall | Clock::Alloc => profile.samples.len() as u64,
-            Clock::Lock => return Err(Error::new(
-                ErrorKind::Usage,
-                "a lock profile is not written as JFR yet: write pprof (.pb.gz), collapsed, SVG, \
-                 HTML or .jvmperf",
-            )),
-        };
+    let events: u64 = match profile.clock {
+        Clock::Cpu => profile.total_weight(),
+        Clock::Wall | Clock::Alloc | Clock::Lock => profile.samples.len() as u64,
+    };
     if events > MAX_EVENTS {
         return Err(Error::new(
             ErrorKind::Usage,
@@ -403,8 +426,8 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
 
     let mut c = Constants::new();
     let mut threads: Interner<u32> = Interner::new();
-    // Per stack: its key, and its allocated class's (0: none).
-    let mut stack_keys: HashMap<u32, (u64, u64)> = HashMap::new();
+    // Per stack: its key, its event type, and its leaf class's key (0: none).
+    let mut stack_keys: HashMap<u32, (u64, u64, u64)> = HashMap::new();
     let mut stacks: Vec<Vec<(u64, i32, i32, u64)>> = Vec::new();
     let mut frames: HashMap<u32, (u64, i32, i32, u64)> = HashMap::new();
 
@@ -413,20 +436,26 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
     for &i in &order {
         let s = &profile.samples[i];
         let thread = threads.key(&s.tid);
-        let (stack, class) = *stack_keys.entry(s.stack).or_insert_with(|| {
+        let (stack, type_id, class) = *stack_keys.entry(s.stack).or_insert_with(|| {
             let ids = profile.stacks.frames(s.stack);
-            let class = ids
-                .iter()
-                .map(|&f| &profile.frames[f as usize])
-                .find(|f| f.kind == FrameKind::Allocated)
-                .map_or(0, |f| c.class(&allocated_class_name(&f.name)));
+            let frames_of = || ids.iter().map(|&f| &profile.frames[f as usize]);
+            let class = frames_of()
+                .find(|f| matches!(f.kind, FrameKind::Allocated | FrameKind::Lock))
+                .map_or(0, |f| c.class(&class_name(&f.name)));
+            let type_id = match profile.clock {
+                Clock::Cpu => T_EXECUTION_SAMPLE,
+                Clock::Wall => T_WALL_CLOCK_SAMPLE,
+                Clock::Alloc => T_OBJECT_ALLOCATION_SAMPLE,
+                Clock::Lock if frames_of().any(|f| f.name == PARK_FUNCTION) => T_THREAD_PARK,
+                Clock::Lock => T_JAVA_MONITOR_ENTER,
+            };
             let jfr_frames = ids
                 .into_iter()
                 .rev()
                 .filter(|&f| {
                     !matches!(
                         profile.frames[f as usize].kind,
-                        FrameKind::Thread | FrameKind::Allocated
+                        FrameKind::Thread | FrameKind::Allocated | FrameKind::Lock
                     )
                 })
                 .map(|f| {
@@ -436,21 +465,24 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
                 })
                 .collect();
             stacks.push(jfr_frames);
-            (stacks.len() as u64, class)
+            (stacks.len() as u64, type_id, class)
         });
         let time = if s.time == 0 { start_ticks } else { s.time };
         body.clear();
-        let (type_id, copies) = match profile.clock {
-            Clock::Cpu => (T_EXECUTION_SAMPLE, s.weight),
-            Clock::Wall => (T_WALL_CLOCK_SAMPLE, 1),
-            Clock::Alloc | Clock::Lock => (T_OBJECT_ALLOCATION_SAMPLE, 1),
+        let copies = match profile.clock {
+            Clock::Cpu => s.weight,
+            Clock::Wall | Clock::Alloc | Clock::Lock => 1,
         };
         put_varint(&mut body, type_id);
         put_varint(&mut body, time);
+        if profile.clock == Clock::Lock {
+            put_varint(&mut body, s.weight);
+        }
         put_varint(&mut body, thread);
         put_varint(&mut body, stack);
         match profile.clock {
-            Clock::Alloc | Clock::Lock => {
+            Clock::Lock => put_varint(&mut body, class),
+            Clock::Alloc => {
                 put_varint(&mut body, class);
                 put_varint(&mut body, s.weight);
             }
@@ -613,7 +645,7 @@ mod tests {
             ("byte[][]", "[[B"),
             ("java.lang.Object[]", "[Ljava/lang/Object;"),
         ] {
-            assert_eq!(allocated_class_name(name), jvm, "{name}");
+            assert_eq!(class_name(name), jvm, "{name}");
         }
     }
 }
