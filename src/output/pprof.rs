@@ -266,7 +266,8 @@ pub fn render(profile: &Profile) -> Result<Vec<u8>> {
         let id = b.string(comment);
         b.out.comment.push(id);
     }
-    if let Some(cpu) = profile.cpu_time_ns {
+    // Samples a CPU time predicts: not those of allocations or waits.
+    if let (Some(cpu), Clock::Cpu | Clock::Wall) = (profile.cpu_time_ns, profile.clock) {
         let expected = cpu / profile.period_ns.max(1);
         let line = b.string(&format!("{TARGET_CPU}{cpu} expected_samples={expected}"));
         b.out.comment.push(line);
