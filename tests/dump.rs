@@ -1,6 +1,7 @@
 //! Seeing into a JVM without attaching to it, against real JVMs: `jvmperf dump` of a healthy one
 //! and of one stuck before a safepoint (where jstack hangs), and `jvmperf record` without the
-//! agent (by itself on the stuck JVM, or with `--no-agent`). The JVMs run on afterwards.
+//! agent (by itself on the stuck JVM, or with `--no-agent`), and the locks threads wait for with
+//! a Java-level deadlock found. The JVMs run on afterwards.
 
 mod common;
 
@@ -106,6 +107,55 @@ fn dump_of_a_healthy_jvm_lists_every_worker_with_its_java_frames() {
         reports() > before,
         "the JVM stopped reporting after the dump"
     );
+}
+
+#[test]
+fn dump_shows_the_locks_threads_wait_for_and_finds_the_deadlock() {
+    let jvm = Jvm::start(&[], "bench.Deadlock", &[]);
+    let dump = dump_json(jvm.pid);
+    let one = |name: &str| {
+        let threads = threads_named(&dump, name);
+        assert_eq!(threads.len(), 1, "threads named {name}");
+        threads[0]
+    };
+    let (left, right, parker) = (one("left"), one("right"), one("parker"));
+    let tid = |t: &Value| t["tid"].as_u64().unwrap();
+    for (t, class, owner) in [
+        (left, "bench.Deadlock$Right", right),
+        (right, "bench.Deadlock$Left", left),
+    ] {
+        let lock = &t["waiting_to_lock"];
+        assert_eq!(lock["class"], class, "{t}");
+        assert_eq!(lock["owner_tid"].as_u64(), Some(tid(owner)), "{t}");
+    }
+    assert_eq!(
+        parker["parking_for"]["class"], "java.util.concurrent.locks.ReentrantLock$NonfairSync",
+        "{parker}"
+    );
+    let mut cycle: Vec<u64> = dump["deadlocks"][0]
+        .as_array()
+        .unwrap_or_else(|| panic!("no deadlock in {}", dump["deadlocks"]))
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .collect();
+    cycle.sort_unstable();
+    let mut expected = vec![tid(left), tid(right)];
+    expected.sort_unstable();
+    assert_eq!(cycle, expected);
+    assert_eq!(dump["deadlocks"].as_array().unwrap().len(), 1);
+
+    // The text says it as jstack does.
+    let out = run_jvmperf(&["dump", "-p", &jvm.pid.to_string()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Found one Java-level deadlock:"), "{text}");
+    assert!(
+        text.contains("- waiting to lock <0x")
+            && text.contains("(a bench.Deadlock$Left) owned by \"left\""),
+        "{text}"
+    );
+    assert!(text.contains("- parking to wait for <0x"), "{text}");
+    assert_no_thread_held(jvm.pid);
+    assert!(jvm.is_alive());
 }
 
 #[test]

@@ -25,11 +25,11 @@
 
 use super::probes::{ClassNames, Hit, Leaf, Libjvm, ProbeSource, ProbeSummary};
 use crate::error::Result;
-use crate::hotspot::oops::{ObjectLayout, RefField};
+use crate::hotspot::locks::{self, LockLayout, PARK_BLOCKER_OFFSET};
 use crate::hotspot::threads::JavaThreads;
 use crate::hotspot::vmstructs::VmStructs;
 use crate::hotspot::HotSpot;
-use crate::process::{TargetMemory, TargetProcess};
+use crate::process::TargetProcess;
 use crate::profile::FrameKind;
 use crate::sampler::{Sample, Uprobe, Uprobes};
 use crate::walker::RawFrame;
@@ -43,7 +43,6 @@ const MONITOR: [&str; 2] = [
     "ObjectMonitor::EnterI",
 ];
 pub const PARK: &str = "Unsafe_Park";
-const PARK_BLOCKER_OFFSET: &str = "java_lang_Thread::_park_blocker_offset";
 /// Every `java.util.concurrent` lock's synchronizer extends it.
 const LOCK_BASE: &str = "java/util/concurrent/locks/AbstractOwnableSynchronizer";
 /// A class hierarchy deeper than this is a misread.
@@ -158,11 +157,9 @@ pub(super) struct LockSource {
     park: u64,
     threshold_ns: u64,
     names: ClassNames,
-    objects: Option<ObjectLayout>,
-    monitor_object: Option<RefField>,
-    thread_object: Option<RefField>,
+    layout: Option<LockLayout>,
     blocker_offset_at: u64,
-    blocker_offset: Option<u64>,
+    blocker_offset: Option<u32>,
     vmstructs: VmStructs,
     process: TargetProcess,
     /// `JavaThread*` by thread id (ours), and when the list was read.
@@ -175,25 +172,15 @@ pub(super) struct LockSource {
 
 impl LockSource {
     pub fn new(probes: &LockProbes, hotspot: &HotSpot, process: &TargetProcess) -> LockSource {
-        let vs = &hotspot.vmstructs;
-        let thread_object = RefField::discover(vs, "JavaThread", "_threadObj");
-        // `ObjectMonitor::_object` is exported without its type: the object itself through JDK
-        // 15, a `WeakHandle` since 16 (JDK-8247281), the release `_threadObj` became an
-        // `OopHandle` in (JDK-8244997), whose type is exported.
-        let monitor_object = RefField::discover(vs, "ObjectMonitor", "_object")
-            .zip(thread_object)
-            .map(|(field, like)| field.held_as(like));
         LockSource {
             monitor: probes.monitor.1,
             park: probes.park,
             threshold_ns: probes.threshold_ns,
             names: ClassNames::new(hotspot),
-            objects: ObjectLayout::discover(hotspot),
-            monitor_object,
-            thread_object,
+            layout: LockLayout::discover(hotspot),
             blocker_offset_at: probes.blocker_offset_at,
             blocker_offset: None,
-            vmstructs: vs.clone(),
+            vmstructs: hotspot.vmstructs.clone(),
             process: process.clone(),
             threads: HashMap::default(),
             threads_read: None,
@@ -208,30 +195,28 @@ impl LockSource {
     /// The class of the object whose monitor `monitor` (an `ObjectMonitor*`) is.
     fn monitor_class(&mut self, monitor: u64, time: u64) -> Option<Arc<str>> {
         let mem = *self.names.mem();
-        let object = self.monitor_object?.read(&mem, monitor)?;
-        let klass = self.objects?.klass_of(&mem, object)?;
+        let layout = self.layout?;
+        let object = layout.monitor_object.read(&mem, monitor)?;
+        let klass = layout.objects.klass_of(&mem, object)?;
         self.names.name(klass, "", time)
     }
 
     /// The blocker thread `tid` parks for now.
     fn blocker(&mut self, tid: u32, time: u64) -> Blocker {
         let mem = *self.names.mem();
-        let (Some(objects), Some(thread_object)) = (self.objects, self.thread_object) else {
+        let Some(layout) = self.layout else {
             return Blocker::Unread;
         };
         let Some(offset) = self.blocker_offset() else {
             return Blocker::Unread;
         };
-        let Some(thread) = self
-            .java_thread(tid)
-            .and_then(|t| thread_object.read(&mem, t))
-        else {
+        let Some(thread) = self.java_thread(tid) else {
             return Blocker::Unread;
         };
-        let Some(blocker) = objects.reference_field(&mem, thread, offset) else {
+        let Some(blocker) = layout.park_blocker(&mem, thread, offset) else {
             return Blocker::Unset;
         };
-        let Some(klass) = objects.klass_of(&mem, blocker) else {
+        let Some(klass) = layout.objects.klass_of(&mem, blocker) else {
             return Blocker::Unread;
         };
         if !self.is_lock(klass) {
@@ -244,10 +229,10 @@ impl LockSource {
     }
 
     /// `java.lang.Thread`'s `parkBlocker` offset, once the JVM has set it (at startup).
-    fn blocker_offset(&mut self) -> Option<u64> {
+    fn blocker_offset(&mut self) -> Option<u32> {
         if self.blocker_offset.is_none() {
-            let offset = self.names.mem().read_u32(self.blocker_offset_at).ok()?;
-            self.blocker_offset = Some(u64::from(offset)).filter(|&o| o > 0 && o < 4096);
+            self.blocker_offset =
+                locks::park_blocker_offset(self.names.mem(), self.blocker_offset_at);
         }
         self.blocker_offset
     }
@@ -283,7 +268,7 @@ impl LockSource {
         if let Some(&known) = self.lock_classes.get(&klass) {
             return known;
         }
-        let Some(objects) = self.objects else {
+        let Some(objects) = self.layout.map(|l| l.objects) else {
             return false;
         };
         let mut class = Some(klass);

@@ -136,7 +136,7 @@ impl ClassNames {
 }
 
 /// The target's libjvm: the module, and its path as the kernel opens it for a uprobe.
-pub(super) struct Libjvm {
+pub(crate) struct Libjvm {
     pub module: ModuleRef,
     pub path: Arc<CString>,
     /// The JDK's major version, for errors.

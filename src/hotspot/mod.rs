@@ -11,6 +11,7 @@ pub mod codecache;
 pub mod flags;
 pub mod frame;
 pub mod libjvm;
+pub mod locks;
 pub mod method;
 pub mod oops;
 pub mod scopes;
