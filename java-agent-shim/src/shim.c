@@ -36,8 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <jvmti.h>
-#include <jvmticmlr.h>
+#include "jvmti_abi.h" /* JNI and JVMTI, as much as the shim uses: no JDK needed to build it */
 
 #ifndef JVMPERF_SHIM_VERSION
 #error "build.rs defines JVMPERF_SHIM_VERSION"

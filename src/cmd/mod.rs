@@ -1,4 +1,5 @@
-//! The `jvmperf` commands, one module each; `main.rs` parses the command line and calls `run`.
+//! The `jvmperf` commands, one module each; `main.rs` parses the command line (`cli::Cli`) and
+//! calls `run`.
 
 mod console;
 pub mod convert;

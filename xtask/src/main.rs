@@ -15,6 +15,7 @@ mod bench_soak;
 mod bench_switch;
 mod bench_tomcat;
 mod demo;
+mod dist;
 mod jdk;
 mod many_methods_gen;
 mod paths;
@@ -34,6 +35,10 @@ const COMMANDS: &[(&str, &str)] = &[
     (
         "demo",
         "start a bundled bench app and run jvmperf against it",
+    ),
+    (
+        "dist",
+        "build the Debian package target/dist/jvmperf_*.deb (binary for glibc 2.28, man pages, completions, systemd unit) and check it; `--check` also installs it into a fresh Debian root and runs it (root)",
     ),
     ("help", "print this message"),
 ];
@@ -69,6 +74,7 @@ fn run(args: &[String]) -> Result<()> {
             }
         },
         "demo" => demo::main(rest),
+        "dist" => dist::main(rest),
         "help" | "-h" | "--help" => {
             print!("{}", usage());
             Ok(())
