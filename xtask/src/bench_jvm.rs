@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 
 use crate::{jdk, paths};
 
@@ -120,4 +120,47 @@ pub fn spawn_record(
         .stderr(Stdio::piped())
         .spawn()
         .context("starting jvmperf record")
+}
+
+/// Where the benchmarks that pin (`bench switch`, `bench alloc`) run the JVM…
+pub const JVM_CPU: &str = "0";
+/// …and the profilers to: what a profiler costs inside the JVM's threads is then apart from the
+/// share of a core it takes.
+pub const PROFILER_CPU: &str = "1";
+
+/// `program` run pinned to [`PROFILER_CPU`], its output piped.
+pub fn pinned(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut cmd = Command::new("taskset");
+    cmd.args(["-c", PROFILER_CPU]).arg(program);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Every thread of `pid` on `cpu`, and so the threads they start later. `taskset -a -p` gives up
+/// when a thread ends while it goes through them (`--spawn` ends thousands a second).
+pub fn pin_threads(pid: u32, cpu: usize) -> Result<()> {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes within it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    let mut pinned = 0;
+    // Twice: threads started during the first pass by threads not yet pinned.
+    for _ in 0..2 {
+        for task in std::fs::read_dir(format!("/proc/{pid}/task"))?.flatten() {
+            let Some(tid) = task
+                .file_name()
+                .to_str()
+                .and_then(|t| t.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            // SAFETY: set is a valid cpu_set_t of the size given; a vanished tid fails with ESRCH.
+            if unsafe { libc::sched_setaffinity(tid, std::mem::size_of_val(&set), &set) } == 0 {
+                pinned += 1;
+            }
+        }
+    }
+    ensure!(pinned > 0, "could not pin the JVM's threads to CPU {cpu}");
+    Ok(())
 }

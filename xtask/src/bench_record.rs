@@ -222,14 +222,32 @@ pub(crate) fn finish(
         Ok(status.is_some())
     });
     if !matches!(done, Ok(true)) {
+        let waiting = kernel_waits(child.id());
         let _ = child.kill();
         let _ = child.wait();
         done?;
-        bail!("{what} did not finish within {timeout:?}");
+        let text = out.join().unwrap_or_default() + &err.join().unwrap_or_default();
+        bail!("{what} did not finish within {timeout:?} (its threads waiting in: {waiting}); it printed: {text}");
     }
     let text = out.join().unwrap_or_default() + &err.join().unwrap_or_default();
     ensure!(status.is_some_and(|s| s.success()), "{what} failed: {text}");
     Ok(text)
+}
+
+/// `comm:wchan` of each thread of `pid`: where a hung tool waits in the kernel.
+fn kernel_waits(pid: u32) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return "?".into();
+    };
+    let read = |task: &Path, file: &str| {
+        std::fs::read_to_string(task.join(file))
+            .map_or_else(|_| "?".into(), |s| s.trim().to_string())
+    };
+    tasks
+        .flatten()
+        .map(|t| format!("{}:{}", read(&t.path(), "comm"), read(&t.path(), "wchan")))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Runs a tool to completion while pumping WORK lines; returns stdout and stderr together.
@@ -321,8 +339,18 @@ pub(crate) fn sample_window(err: &str) -> Result<(u64, u64)> {
     Ok((first, last))
 }
 
+/// The steady span of a `jvmperf record` run: its sample window less the margins.
+pub(crate) fn record_span(err: &str) -> Result<Span> {
+    ensure!(
+        !err.contains("recording ended early"),
+        "jvmperf record ended early: {err}"
+    );
+    let (first, last) = sample_window(err)?;
+    Ok(inner(first, last))
+}
+
 /// Left out at each end of a sampling span for the steady cost.
-const MARGIN_NS: u64 = 500_000_000;
+pub(crate) const MARGIN_NS: u64 = 500_000_000;
 
 /// `[start, end]` less [`MARGIN_NS`] at each end.
 pub(crate) fn inner(start: u64, end: u64) -> Span {
@@ -333,7 +361,7 @@ pub(crate) fn inner(start: u64, end: u64) -> Span {
 }
 
 /// The number that ends right before `needle` in `line`.
-fn number_before(line: &str, needle: &str) -> Result<f64> {
+pub(crate) fn number_before(line: &str, needle: &str) -> Result<f64> {
     let (head, _) = line
         .split_once(needle)
         .with_context(|| format!("no `{needle}` in: {line}"))?;
@@ -381,34 +409,51 @@ fn run_perf(t: &mut Target, stacks: &[&str], file: &Path) -> Result<Profiled> {
 /// exit of the second.
 fn run_jfr(t: &mut Target, jfc: &Path, file: PathBuf) -> Result<Profiled> {
     let jcmd = jdk::tool("jcmd")?;
+    let settings = jfc.display().to_string();
+    let (span, steady) = jfr_window(t, &|| Command::new(&jcmd), &settings, RECORD_SECS, &file)?;
+    Ok(Profiled {
+        span,
+        steady: (steady, RECORD_SECS as f64),
+        samples: Samples::InJfr(file),
+        sampled: None,
+    })
+}
+
+/// `jcmd PID JFR.start settings=SETTINGS` (a .jfc file, or `default`, `profile`), `secs` s,
+/// `jcmd PID JFR.stop filename=FILE`: the span from the spawn of the first to the exit of the
+/// second, and its steady part (recording, less the margins). `jcmd()` is the command that runs
+/// jcmd (pinned to a CPU, or not).
+pub(crate) fn jfr_window(
+    t: &mut Target,
+    jcmd: &dyn Fn() -> Command,
+    settings: &str,
+    secs: u64,
+    file: &Path,
+) -> Result<(Span, Span)> {
     let pid = t.jvm.pid().to_string();
     let start = monotonic_ns();
     let out = run_tool(
         t,
-        Command::new(&jcmd)
+        jcmd()
             .args([&pid, "JFR.start", "name=jvmperf-bench"])
-            .arg(format!("settings={}", jfc.display())),
+            .arg(format!("settings={settings}")),
     )?;
     ensure!(out.contains("Started recording"), "JFR.start: {out}");
     let started = monotonic_ns();
-    t.idle(Duration::from_secs(RECORD_SECS))?;
-    let steady = (inner(started, monotonic_ns()), RECORD_SECS as f64);
+    t.idle(Duration::from_secs(secs))?;
+    let steady = inner(started, monotonic_ns());
     let out = run_tool(
         t,
-        Command::new(&jcmd)
+        jcmd()
             .args([&pid, "JFR.stop", "name=jvmperf-bench"])
             .arg(format!("filename={}", file.display())),
     )?;
     ensure!(out.contains("Stopped recording"), "JFR.stop: {out}");
-    Ok(Profiled {
-        span: Span {
-            start,
-            end: monotonic_ns(),
-        },
-        steady,
-        samples: Samples::InJfr(file),
-        sampled: None,
-    })
+    let span = Span {
+        start,
+        end: monotonic_ns(),
+    };
+    Ok((span, steady))
 }
 
 /// `jdk.ExecutionSample` events in a recording, from `jfr summary`. The recording holds only

@@ -20,14 +20,13 @@
 //! `--wall` at 99 Hz per CPU and per thread, with the records each lost.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
 
-use crate::bench_jvm::{self, BenchJvm};
+use crate::bench_jvm::{self, pin_threads, pinned, BenchJvm, JVM_CPU, PROFILER_CPU};
 use crate::bench_record::{
-    finish, inner, list, median, monotonic_ns, raise_priority, sample_window, Span, Target, WorkLog,
+    finish, list, median, monotonic_ns, raise_priority, record_span, Span, Target, WorkLog,
 };
 
 const DEFAULT_PAIRS: usize = 4;
@@ -37,8 +36,6 @@ const WINDOW_SECS: u64 = 6;
 const MARGIN: Duration = Duration::from_millis(500);
 /// Between a profiler's exit and the next idle window.
 const SETTLE: Duration = Duration::from_millis(500);
-const JVM_CPU: &str = "0";
-const PROFILER_CPU: &str = "1";
 
 #[derive(Clone, PartialEq)]
 enum Profiler {
@@ -129,16 +126,6 @@ impl Profiler {
     }
 }
 
-/// `cmd` pinned to the profilers' CPU.
-fn pinned(program: impl AsRef<std::ffi::OsStr>) -> Command {
-    let mut cmd = Command::new("taskset");
-    cmd.args(["-c", PROFILER_CPU]).arg(program);
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
-}
-
 /// What the application threads spent in the agent's ThreadStart/ThreadEnd callbacks: (events,
 /// total ns, longest ns).
 type ThreadEvents = (u64, u64, u64);
@@ -158,33 +145,6 @@ fn shim_thread_events(err: &str) -> Option<ThreadEvents> {
         field("shim_thread_event_ns")?,
         field("shim_thread_event_max_ns")?,
     ))
-}
-
-/// Every thread of `pid` on `cpu`, and so the threads they start later. `taskset -a -p` gives up
-/// when a thread ends while it goes through them (`--spawn` ends thousands a second).
-fn pin_threads(pid: u32, cpu: usize) -> Result<()> {
-    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes within it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    let mut pinned = 0;
-    // Twice: threads started during the first pass by threads not yet pinned.
-    for _ in 0..2 {
-        for task in std::fs::read_dir(format!("/proc/{pid}/task"))?.flatten() {
-            let Some(tid) = task
-                .file_name()
-                .to_str()
-                .and_then(|t| t.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            // SAFETY: set is a valid cpu_set_t of the size given; a vanished tid fails with ESRCH.
-            if unsafe { libc::sched_setaffinity(tid, std::mem::size_of_val(&set), &set) } == 0 {
-                pinned += 1;
-            }
-        }
-    }
-    ensure!(pinned > 0, "could not pin the JVM's threads to CPU {cpu}");
-    Ok(())
 }
 
 /// Records jvmperf record's summary says it lost.
@@ -288,16 +248,6 @@ fn run(t: &mut Target, p: &Profiler, jvmperf: &Path, dir: &Path) -> Result<(Span
         end: begin + (sampling - 2 * MARGIN).as_nanos() as u64,
     };
     Ok((span, None))
-}
-
-/// The steady span of a `jvmperf record` run: its sample window less the margins.
-fn record_span(err: &str) -> Result<Span> {
-    ensure!(
-        !err.contains("recording ended early"),
-        "jvmperf record ended early: {err}"
-    );
-    let (first, last) = sample_window(err)?;
-    Ok(inner(first, last))
 }
 
 struct Args {

@@ -3,6 +3,7 @@
 //! Each command lives in its own module; `main` only dispatches. To add a command, add a module,
 //! an entry in [`COMMANDS`] and a match arm in [`run`].
 
+mod bench_alloc;
 mod bench_apps;
 mod bench_attach;
 mod bench_convert;
@@ -30,7 +31,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "bench",
-        "benchmarks: `bench attach` (time to a complete code map, replay rate), `bench record` (all-in cost per sample by wall-clock throughput, with bare perf, perf --call-graph dwarf and JFR measured alongside), `bench convert` (raw recording to every format), `bench html` (size of the HTML page of `bench soak`'s recording and its load and redraw time in headless Chromium), `bench footprint` (wall time, memory and CPU of one recording, first and warm run), `bench soak` (memory and lost samples over a long recording), `bench daemon` (jvmperf daemon on 3 JVMs: CPU, RSS, files and samples per JVM), `bench tomcat` (Tomcat's request rate under wrk while recording at 99 and 999 Hz, against the rate without), `bench switch` (throughput a JVM handing work between threads keeps while sampled per CPU and per thread, beside perf and async-profiler)",
+        "benchmarks: `bench attach` (time to a complete code map, replay rate), `bench record` (all-in cost per sample by wall-clock throughput, with bare perf, perf --call-graph dwarf and JFR measured alongside), `bench convert` (raw recording to every format), `bench html` (size of the HTML page of `bench soak`'s recording and its load and redraw time in headless Chromium), `bench footprint` (wall time, memory and CPU of one recording, first and warm run), `bench soak` (memory and lost samples over a long recording), `bench daemon` (jvmperf daemon on 3 JVMs: CPU, RSS, files and samples per JVM), `bench tomcat` (Tomcat's request rate under wrk while recording at 99 and 999 Hz, against the rate without), `bench switch` (throughput a JVM handing work between threads keeps while sampled per CPU and per thread, beside perf and async-profiler), `bench alloc` (throughput an allocation-heavy JVM keeps under `record -e alloc`, beside perf on the same uprobes, async-profiler and JFR, and the attach's one-off cost)",
     ),
     (
         "demo",
@@ -69,8 +70,9 @@ fn run(args: &[String]) -> Result<()> {
             Some((name, args)) if name == "daemon" => bench_daemon::main(args),
             Some((name, args)) if name == "tomcat" => bench_tomcat::main(args),
             Some((name, args)) if name == "switch" => bench_switch::main(args),
+            Some((name, args)) if name == "alloc" => bench_alloc::main(args),
             _ => {
-                bail!("usage: cargo xtask bench attach|record|convert|html|soak|footprint|daemon|tomcat|switch")
+                bail!("usage: cargo xtask bench attach|record|convert|html|soak|footprint|daemon|tomcat|switch|alloc")
             }
         },
         "demo" => demo::main(rest),
