@@ -31,6 +31,16 @@ pub(super) struct Drained {
 }
 
 impl MappedEvent {
+    /// The event's descriptor, its ring unmapped: closing it is then what ends the event.
+    pub fn into_fd(self) -> OwnedFd {
+        let MappedEvent {
+            ring, _locked, fd, ..
+        } = self;
+        drop(ring);
+        drop(_locked);
+        fd
+    }
+
     pub fn new(fd: OwnedFd, ring: RingBuffer, pages: usize, layout: RecordLayout) -> MappedEvent {
         MappedEvent {
             layout,

@@ -54,6 +54,13 @@ struct Pacing {
 }
 
 impl ThreadEvent {
+    /// Its descriptors, rings unmapped.
+    fn into_fds(self) -> Vec<OwnedFd> {
+        let mut fds = self.more;
+        fds.push(self.event.into_fd());
+        fds
+    }
+
     /// Every event of the thread writing into its ring.
     fn fds(&self) -> impl Iterator<Item = &OwnedFd> {
         std::iter::once(&self.event.fd).chain(&self.more)
@@ -129,6 +136,48 @@ pub(super) struct ThreadSampler {
     /// When threads were last listed, and what that took.
     rescanned: std::time::Instant,
     rescan_cost: std::time::Duration,
+    // Last: closes what the sampler handed it, once the rings are closed.
+    closer: Closer,
+}
+
+/// Closes the descriptors of events the sampler is done with on a thread of its own: closing a
+/// uprobe event waits for an RCU grace period under the kernel's trace event lock
+/// (`perf_uprobe_destroy`, `uprobe_unregister_sync`; some 80 ms each on a busy 2-CPU VM, one
+/// after another), which must not hold up the thread that drains the rings.
+struct Closer {
+    to_close: Option<std::sync::mpsc::Sender<Vec<OwnedFd>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Closer {
+    fn start() -> Closer {
+        let (to_close, closing) = std::sync::mpsc::channel::<Vec<OwnedFd>>();
+        let thread = std::thread::Builder::new()
+            .name("jvmperf-close".into())
+            .spawn(move || closing.into_iter().for_each(drop))
+            .ok();
+        Closer {
+            to_close: thread.is_some().then_some(to_close),
+            thread,
+        }
+    }
+
+    /// Closes `fds` soon; here where there is no closing thread.
+    fn close(&self, fds: Vec<OwnedFd>) {
+        if let Some(to_close) = &self.to_close {
+            let _ = to_close.send(fds);
+        }
+    }
+}
+
+impl Drop for Closer {
+    /// Returns once everything handed over is closed.
+    fn drop(&mut self) {
+        self.to_close = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl ThreadSampler {
@@ -170,6 +219,7 @@ impl ThreadSampler {
             pending: busiest_first(pid, tids).into(),
             rescanned: std::time::Instant::now(),
             rescan_cost: std::time::Duration::ZERO,
+            closer: Closer::start(),
         };
         // The first batch now, the rest turn by turn between drains: the events sample from
         // their open, and their rings must be drained while the others open.
@@ -426,6 +476,7 @@ impl ThreadSampler {
             &mut self.stats,
         );
         let _ = self.epoll.delete(&old.event.fd);
+        self.closer.close(old.into_fds());
         self.stats.rings_grown += 1;
     }
 
@@ -521,6 +572,7 @@ impl ThreadSampler {
             if let Some(mut thread) = self.threads.remove(tid) {
                 thread.count_unreported_lost(counts_lost, self.config.period_ns(), &mut self.stats);
                 let _ = self.epoll.delete(&thread.event.fd);
+                self.closer.close(thread.into_fds());
                 self.stats.threads_exited += 1;
             }
         }
