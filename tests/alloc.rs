@@ -61,37 +61,13 @@ fn sampled_bytes_match_what_the_jvm_counted_per_method() {
     );
     assert!(err.contains(" bytes in "), "{err}");
     assert!(err.contains(" MiB allocated in "), "{err}");
-    let window = sample_window(&err);
-    // A GT line after the window's end.
-    std::thread::sleep(Duration::from_millis(300));
-    let lines = jvm.stdout_lines();
-    let (g0, g1) = (
-        ground_truth_at(&lines, KINDS, window[0]),
-        ground_truth_at(&lines, KINDS, window[1]),
-    );
-    let truth: Vec<f64> = (0..3).map(|i| g1[i] - g0[i]).collect();
-    let truth_total: f64 = truth.iter().sum();
+    let truth = truth_over(&jvm, KINDS, sample_window(&err));
 
     let collapsed = dir.path("alloc.collapsed");
     ok(&["convert", s(&rec), "-o", s(&collapsed)]);
     let text = std::fs::read_to_string(&collapsed).unwrap();
     let (bytes, leaves) = bytes_by_kind(&text);
-    let total: u64 = bytes.iter().sum();
-    let ratio = total as f64 / truth_total;
-    eprintln!("sampled {total} bytes, counted {truth_total:.0}: {ratio:.3}");
-    assert!(
-        (0.8..=1.2).contains(&ratio),
-        "sampled {total} bytes of the three methods, the JVM counted {truth_total:.0}"
-    );
-    for (k, kind) in KINDS.iter().enumerate() {
-        let share = 100.0 * bytes[k] as f64 / total as f64;
-        let true_share = 100.0 * truth[k] / truth_total;
-        eprintln!("{kind}: {share:.2}% sampled, {true_share:.2}% counted");
-        assert!(
-            (share - true_share).abs() <= 3.0,
-            "{kind}Arrays: {share:.2}% of the sampled bytes, {true_share:.2}% counted"
-        );
-    }
+    assert_shares(KINDS, bytes, truth, 0.8..=1.2, 3.0);
     // The class allocated is the leaf: small arrays in TLABs, 4 MiB ones outside.
     let top = |k: usize| {
         leaves[k]

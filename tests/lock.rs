@@ -9,7 +9,6 @@ mod common;
 
 use common::*;
 use std::collections::HashMap;
-use std::time::Duration;
 
 const SITES: [&str; 2] = ["monitor", "lock"];
 /// Each site's method, and the lock's class at its stacks' leaves.
@@ -58,36 +57,14 @@ fn waited_time_matches_what_the_threads_timed_per_site() {
     );
     assert!(err.contains(" waits on monitors ("), "{err}");
     assert!(err.contains(" on java.util.concurrent locks ("), "{err}");
-    let window = sample_window(&err);
-    // A GT line after the window's end.
-    std::thread::sleep(Duration::from_millis(300));
-    let lines = jvm.stdout_lines();
-    let (g0, g1) = (
-        ground_truth_at(&lines, SITES, window[0]),
-        ground_truth_at(&lines, SITES, window[1]),
-    );
-    let truth: Vec<f64> = (0..2).map(|i| g1[i] - g0[i]).collect();
-    let truth_total: f64 = truth.iter().sum();
+    let truth = truth_over(&jvm, SITES, sample_window(&err));
 
     let collapsed = dir.path("lock.collapsed");
     ok(&["convert", s(&rec), "-o", s(&collapsed)]);
     let text = std::fs::read_to_string(&collapsed).unwrap();
     let (waited, leaves) = waited_by_site(&text);
-    let total: u64 = waited.iter().sum();
-    let ratio = total as f64 / truth_total;
-    eprintln!("sampled {total} ns waited, timed {truth_total:.0}: {ratio:.3}");
-    assert!(
-        (0.75..=1.25).contains(&ratio),
-        "sampled {total} ns waited at the two sites, the threads timed {truth_total:.0}"
-    );
+    assert_shares(SITES, waited, truth, 0.75..=1.25, 5.0);
     for (k, site) in SITES.iter().enumerate() {
-        let share = 100.0 * waited[k] as f64 / total as f64;
-        let true_share = 100.0 * truth[k] / truth_total;
-        eprintln!("{site}: {share:.2}% sampled, {true_share:.2}% timed");
-        assert!(
-            (share - true_share).abs() <= 5.0,
-            "{site}: {share:.2}% of the sampled wait, {true_share:.2}% timed"
-        );
         // The lock's class is the leaf.
         let leaf = leaves[k].get(LEAVES[k]).copied().unwrap_or(0);
         assert!(

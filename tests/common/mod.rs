@@ -272,6 +272,48 @@ pub fn go() -> PathBuf {
         .expect("Go's pprof is needed: install golang-go (scripts/setup-debian.sh --tests)")
 }
 
+/// Each key's increase over `window` by the app's ground truth, read once a `GT` line past the
+/// window's end is out.
+pub fn truth_over<const N: usize>(jvm: &Jvm, keys: [&str; N], window: [u64; 2]) -> [f64; N] {
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let lines = jvm.stdout_lines();
+    let (a, b) = (
+        ground_truth_at(&lines, keys, window[0]),
+        ground_truth_at(&lines, keys, window[1]),
+    );
+    std::array::from_fn(|i| b[i] - a[i])
+}
+
+/// Asserts that the sampled total is within `total` (a ratio range) of the truth's, and each
+/// key's share of the sampled within `points` percentage points of its share of the truth.
+pub fn assert_shares<const N: usize>(
+    keys: [&str; N],
+    sampled: [u64; N],
+    truth: [f64; N],
+    total: std::ops::RangeInclusive<f64>,
+    points: f64,
+) {
+    let (sum, truth_sum) = (
+        sampled.iter().sum::<u64>() as f64,
+        truth.iter().sum::<f64>(),
+    );
+    let ratio = sum / truth_sum;
+    eprintln!("sampled {sum:.0}, the app counted {truth_sum:.0}: {ratio:.3}");
+    assert!(
+        total.contains(&ratio),
+        "sampled {sum:.0}, the app counted {truth_sum:.0}"
+    );
+    for (k, key) in keys.iter().enumerate() {
+        let share = 100.0 * sampled[k] as f64 / sum;
+        let true_share = 100.0 * truth[k] / truth_sum;
+        eprintln!("{key}: {share:.2}% sampled, {true_share:.2}% counted");
+        assert!(
+            (share - true_share).abs() <= points,
+            "{key}: {share:.2}% sampled, {true_share:.2}% counted"
+        );
+    }
+}
+
 /// Cumulative per-key values at `t`, interpolated between the app's `GT <nanoTime> key=value …`
 /// lines (the bench apps' ground truth), in the order of `keys`.
 pub fn ground_truth_at<const N: usize>(lines: &[String], keys: [&str; N], t: u64) -> [f64; N] {

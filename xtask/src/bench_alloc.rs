@@ -34,8 +34,8 @@ use anyhow::{bail, ensure, Context, Result};
 
 use crate::bench_jvm::{self, pin_threads, pinned, BenchJvm, JVM_CPU, PROFILER_CPU};
 use crate::bench_record::{
-    finish, inner, jfr_window, list, median, monotonic_ns, number_before, raise_priority,
-    record_span, Span, Target, WorkLog, MARGIN_NS,
+    finish, inner, jfr_window, list, median, monotonic_ns, number_before, record_span, Span,
+    Target, WorkLog, MARGIN_NS,
 };
 use crate::jdk;
 
@@ -297,17 +297,7 @@ fn parse_args(args: &[String]) -> Result<Args> {
 
 pub fn main(args: &[String]) -> Result<()> {
     let args = parse_args(args)?;
-    ensure!(
-        std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2,
-        "alloc: needs 2 CPUs (the JVM on one, the profilers on the other)"
-    );
-    raise_priority();
-    let jvmperf = bench_jvm::prepare()?;
-    let dir = std::env::temp_dir().join(format!("jvmperf-bench-alloc-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let result = measure(&jvmperf, &args, &dir);
-    let _ = std::fs::remove_dir_all(&dir);
-    result
+    bench_jvm::run_pinned("alloc", |jvmperf, dir| measure(jvmperf, &args, dir))
 }
 
 fn measure(jvmperf: &Path, args: &Args, dir: &Path) -> Result<()> {

@@ -164,3 +164,19 @@ pub fn pin_threads(pid: u32, cpu: usize) -> Result<()> {
     ensure!(pinned > 0, "could not pin the JVM's threads to CPU {cpu}");
     Ok(())
 }
+
+/// Runs a pinned benchmark `name`: checks for 2 CPUs, raises this process's priority, builds
+/// jvmperf, and calls `measure` with it and a scratch directory, removed afterwards.
+pub fn run_pinned(name: &str, measure: impl FnOnce(&Path, &Path) -> Result<()>) -> Result<()> {
+    ensure!(
+        std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2,
+        "{name}: needs 2 CPUs (the JVM on one, the profilers on the other)"
+    );
+    crate::bench_record::raise_priority();
+    let jvmperf = prepare()?;
+    let dir = std::env::temp_dir().join(format!("jvmperf-bench-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let result = measure(&jvmperf, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}

@@ -22,12 +22,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::bench_jvm::{self, pin_threads, pinned, BenchJvm, JVM_CPU, PROFILER_CPU};
-use crate::bench_record::{
-    finish, list, median, monotonic_ns, raise_priority, record_span, Span, Target, WorkLog,
-};
+use crate::bench_record::{finish, list, median, monotonic_ns, record_span, Span, Target, WorkLog};
 
 const DEFAULT_PAIRS: usize = 4;
 /// Seconds each profiler samples.
@@ -283,17 +281,7 @@ fn parse_args(args: &[String]) -> Result<Args> {
 
 pub fn main(args: &[String]) -> Result<()> {
     let args = parse_args(args)?;
-    ensure!(
-        std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2,
-        "switch: needs 2 CPUs (the JVM on one, the profilers on the other)"
-    );
-    raise_priority();
-    let jvmperf = bench_jvm::prepare()?;
-    let dir = std::env::temp_dir().join(format!("jvmperf-bench-switch-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let result = measure(&jvmperf, &args, &dir);
-    let _ = std::fs::remove_dir_all(&dir);
-    result
+    bench_jvm::run_pinned("switch", |jvmperf, dir| measure(jvmperf, &args, dir))
 }
 
 fn measure(jvmperf: &Path, args: &Args, dir: &Path) -> Result<()> {
