@@ -831,9 +831,14 @@ fn assert_sleeps_seen(events: &[(SampleKind, u64, usize, u64)], out: SampleKind)
         .filter(|w| w[1].1 >= w[0].1 + 5_000_000)
         .count();
     assert!(sleeps >= 38, "{sleeps} sleeps seen: {events:?}");
+    // Per CPU, a record the kernel wrote more than the merge's margin late (its vCPU preempted,
+    // as on a loaded 2-CPU CI machine) comes after a later one; the engine drops such late
+    // switches. Rare, not never.
+    let inversions = events.windows(2).filter(|w| w[0].1 > w[1].1).count();
     assert!(
-        events.windows(2).all(|w| w[0].1 <= w[1].1),
-        "a thread's records come in time order"
+        inversions * 50 <= events.len(),
+        "{inversions} of a thread's {} records out of time order",
+        events.len()
     );
 }
 
